@@ -1,0 +1,46 @@
+# nodewright-bridge developer entry points. Everything installs into ./.venv; the control plane,
+# root filesystem and images are cached under ~/.cache/nodewright-bridge (shared across clones).
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: setup system-deps venv control-plane lint test unit integration demo plan-demo clean
+
+## setup: system packages, the Python venv and the cached control plane (idempotent)
+setup: system-deps venv control-plane
+
+system-deps:
+	@bash scripts/install-system-deps.sh
+
+venv: $(BIN)/nwb
+$(BIN)/nwb: pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@$(BIN)/pip install --quiet --upgrade pip
+	@$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(BIN)/nwb
+
+control-plane:
+	@bash nodewright_bridge/sandbox/build-control-plane.sh >/dev/null
+
+## lint: ruff, mypy --strict and the import-linter layering contracts
+lint: venv
+	$(BIN)/ruff check lifecycle playbook_adapter nodewright_bridge tests
+	$(BIN)/ruff format --check lifecycle playbook_adapter nodewright_bridge tests
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+## test: everything CI runs (lint + unit + integration + e2e)
+test: lint
+	$(BIN)/pytest -q
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
+
+## plan-demo: the offline planner on the shipped examples (no cluster needed)
+plan-demo: venv
+	$(BIN)/nwb plan --offline -f examples/rollouts/gpu-tuning.yaml -p examples/policies/canary.yaml --nodes examples/nodes/fleet-12.yaml
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,55 @@
+"""The ``nwb`` / ``kubectl-nodewright`` command line.
+
+Subcommands live in their own ``nodewright_bridge.commands.<name>`` modules and are imported only
+when invoked, so ``nwb plan`` stays fast and does not pull in the Kubernetes client or Ansible.
+Exit codes: 0 ok, 1 failure, 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from nodewright_bridge import __version__
+
+# name -> (module under nodewright_bridge.commands, one-line help). The module exposes ``command``.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "crds": ("crds", "Print the CustomResourceDefinitions generated from the API models."),
+    "plan": ("plan", "Show which nodes go in which batch, before anything is applied."),
+    "sandbox": ("sandbox", "A real control plane on loopback with simulated nodes."),
+    "package": ("package", "Wrap Ansible roles as NodeWright packages; build, inspect, test."),
+    "import": ("importing", "Turn existing playbooks into NodeWright CRs and policies."),
+    "controller": ("controller", "Run the controller."),
+    "demo": ("demo", "Run the end-to-end demo on the sandbox."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in SUBCOMMANDS if self._load(name) is not None)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._load(cmd_name)
+
+    @staticmethod
+    def _load(name: str) -> click.Command | None:
+        entry = SUBCOMMANDS.get(name)
+        if entry is None:
+            return None
+        try:
+            module = importlib.import_module(f"nodewright_bridge.commands.{entry[0]}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"nodewright_bridge.commands.{entry[0]}":
+                return None  # not built yet in this checkout
+            raise
+        command: click.Command = module.command
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nwb")
+def main() -> None:
+    """nodewright-bridge: run Ansible roles on Kubernetes nodes, safely, in canary batches."""

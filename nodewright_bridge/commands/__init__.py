@@ -1,0 +1,1 @@
+"""One module per ``nwb`` subcommand; each exposes a click ``command``."""
