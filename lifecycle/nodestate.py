@@ -1,0 +1,79 @@
+"""Per-node bookkeeping stored on the Node object (the source of truth; survives restarts).
+
+Keys (ARCHITECTURE.md §4):
+- annotation ``bridge.nodewright.io/state-<cr>``: ``{"<pkg>|<ver>": PackageState}`` compact JSON
+- label + annotation ``bridge.nodewright.io/status-<cr>``: node status for that CR
+- annotation ``bridge.nodewright.io/cordon``: ``{"holders": [...], "wasUnschedulable": bool}``
+- annotation ``bridge.nodewright.io/batch-<cr>``: batch membership and node order
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from lifecycle.spec import PREFIX
+from lifecycle.wire import WireModel
+
+CORDON_ANNOTATION = f"{PREFIX}cordon"
+IGNORE_LABEL = f"{PREFIX}ignore"
+RUNTIME_REQUIRED_TAINT_KEY = f"{PREFIX}runtime-required"
+PAUSE_ANNOTATION = f"{PREFIX}pause"
+DISABLE_ANNOTATION = f"{PREFIX}disable"
+
+
+def state_annotation(cr: str) -> str:
+    return f"{PREFIX}state-{cr}"
+
+
+def status_key(cr: str) -> str:
+    return f"{PREFIX}status-{cr}"
+
+
+def batch_annotation(cr: str) -> str:
+    return f"{PREFIX}batch-{cr}"
+
+
+class Stage(StrEnum):
+    UNINSTALL = "uninstall"
+    UPGRADE = "upgrade"
+    APPLY = "apply"
+    CONFIG = "config"
+    INTERRUPT = "interrupt"
+    POST_INTERRUPT = "post-interrupt"
+    UNINSTALL_INTERRUPT = "uninstall-interrupt"
+
+
+class StageState(StrEnum):
+    IN_PROGRESS = "in_progress"
+    COMPLETE = "complete"
+    ERRORING = "erroring"
+    SKIPPED = "skipped"
+    UNKNOWN = "unknown"
+
+
+class PackageState(WireModel):
+    stage: Stage = Field(description="Current stage.")
+    state: StageState = Field(description="State of that stage.")
+    attempts: int = Field(default=0, description="Attempts made at this stage.")
+    resource_id: str = Field(default="", description="Identity of the change (guards interrupts).")
+    boot_id: str | None = Field(default=None, description="bootID seen when a reboot started.")
+    updated: str = Field(default="", description="RFC 3339 of the last change.")
+    config_hash: str = Field(default="", description="Hash of vars/configMap applied.")
+
+
+def package_key(name: str, version: str) -> str:
+    return f"{name}|{version}"
+
+
+class CordonRecord(WireModel):
+    holders: list[str] = Field(default_factory=list, description="CRs holding the cordon.")
+    was_unschedulable: bool = Field(default=False, description="Cordoned before we came.")
+
+
+class BatchRecord(WireModel):
+    compartment: str = Field(description="Compartment the node was batched in.")
+    batch: int = Field(description="Batch number the node was picked in.")
+    order: int = Field(description="Stable node order within the rollout (NW_NODE_ORDER).")
+    picked: str = Field(default="", description="RFC 3339 when picked.")

@@ -1,0 +1,86 @@
+"""Wire models for ``NodeWright.status``.
+
+Bounded in fleet size (ARCHITECTURE.md §4): aggregates, per-compartment counters and the last 20
+failures only. Per-node truth lives on the Nodes (see ``lifecycle.nodestate``), so a 10,000-node CR
+stays far below etcd's object size limit.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from lifecycle.wire import WireModel
+
+RECENT_FAILURES_MAX = 20  # enough to see a pattern, small enough to keep status O(1) in fleet size
+
+
+class Status(StrEnum):
+    """Aggregate status of a CR, and the status of one node for one CR."""
+
+    COMPLETE = "complete"
+    IN_PROGRESS = "in_progress"
+    ERRORING = "erroring"
+    BLOCKED = "blocked"
+    WAITING = "waiting"
+    PAUSED = "paused"
+    DISABLED = "disabled"
+    UNKNOWN = "unknown"
+
+
+class Condition(WireModel):
+    type: str = Field(description="Ready, Progressing, Degraded, Stalled, PDBBlocked, ...")
+    status: str = Field(description="True, False or Unknown.")
+    reason: str = Field(description="CamelCase reason.")
+    message: str = Field(default="", description="Human-readable detail.")
+    observed_generation: int | None = Field(default=None, description="Generation observed.")
+    last_transition_time: str | None = Field(default=None, description="RFC 3339.")
+
+
+class BatchState(WireModel):
+    current_batch: int = Field(default=1, description="1-based number of the running batch.")
+    consecutive_failures: int = Field(default=0, description="Failed batches in a row.")
+    completed_nodes: int = Field(default=0, description="Checkpoint: nodes done OK.")
+    failed_nodes: int = Field(default=0, description="Checkpoint: nodes failed.")
+    should_stop: bool = Field(default=False, description="Stopped by failureThreshold.")
+    last_batch_size: int = Field(default=0, description="Size of the last evaluated batch.")
+    last_batch_failed: bool = Field(default=False, description="Last batch below batchThreshold.")
+
+
+class CompartmentStatus(WireModel):
+    matched: int = Field(default=0, description="Nodes assigned to this compartment.")
+    ceiling: int = Field(default=0, description="Budget ceiling.")
+    in_progress: int = Field(default=0, description="Nodes in progress.")
+    completed: int = Field(default=0, description="Nodes complete.")
+    failed: int = Field(default=0, description="Nodes erroring.")
+    progress_percent: int = Field(default=0, description="completed*100/matched.")
+    strategy: str = Field(default="", description="fixed, linear, exponential or empty.")
+    batch_state: BatchState | None = Field(default=None, description="Batch bookkeeping.")
+
+
+class RecentFailure(WireModel):
+    node: str = Field(description="Node name.")
+    package: str = Field(description="Package name.")
+    version: str = Field(description="Package version.")
+    stage: str = Field(description="Stage that failed.")
+    task: str = Field(default="", description="Ansible task that failed.")
+    message: str = Field(default="", description="Failure message (truncated).")
+    time: str = Field(description="RFC 3339.")
+
+
+class NodeWrightStatus(WireModel):
+    observed_generation: int | None = Field(default=None, description="Last generation acted on.")
+    status: Status = Field(default=Status.UNKNOWN, description="Aggregate status.")
+    conditions: list[Condition] = Field(default_factory=list, description="Conditions.")
+    compartments: dict[str, CompartmentStatus] = Field(
+        default_factory=dict, description="Per-compartment progress and batch state."
+    )
+    nodes_in_progress: int = Field(default=0, description="Nodes in progress or erroring.")
+    complete_nodes: str = Field(default="0/0", description='"complete/targeted".')
+    package_list: str = Field(default="", description="Sorted name:version list.")
+    recent_failures: list[RecentFailure] = Field(
+        default_factory=list, description="Last 20 failures, newest last."
+    )
+    node_order_offset: int = Field(default=0, description="Nodes that left the batch order.")
+    policy: str = Field(default="", description="Deployment policy in use (printer column).")
