@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from lifecycle.wire import InputModel
 
@@ -209,7 +209,7 @@ class NodeWrightSpec(InputModel):
 class ObjectMeta(InputModel):
     """The part of metadata the planner needs."""
 
-    model_config = {"extra": "ignore"}
+    model_config = ConfigDict(extra="ignore")
 
     name: str = Field(description="Object name.")
     generation: int = Field(default=1, description="metadata.generation.")
@@ -223,7 +223,7 @@ class ObjectMeta(InputModel):
 class NodeWright(InputModel):
     """A NodeWright object (cluster-scoped). ``status`` lives in ``lifecycle.status``."""
 
-    model_config = {"extra": "ignore"}
+    model_config = ConfigDict(extra="ignore")
 
     api_version: str = Field(default=f"{API_GROUP}/{API_VERSION}", description="apiVersion.")
     kind: str = Field(default="NodeWright", description="kind.")
@@ -303,7 +303,7 @@ class DeploymentPolicySpec(InputModel):
 
 
 class DeploymentPolicy(InputModel):
-    model_config = {"extra": "ignore"}
+    model_config = ConfigDict(extra="ignore")
 
     api_version: str = Field(default=f"{API_GROUP}/{API_VERSION}", description="apiVersion.")
     kind: str = Field(default="DeploymentPolicy", description="kind.")

@@ -29,6 +29,6 @@ class WireModel(BaseModel):
 
 
 class InputModel(WireModel):
-    """User-authored input: unknown keys are errors, so a misspelt field is never silently ignored."""
+    """User-authored input: unknown keys are errors, so a typo is never silently ignored."""
 
     model_config = ConfigDict(extra="forbid")
