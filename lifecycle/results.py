@@ -1,0 +1,214 @@
+"""The agent's result: what one package pod tells the controller when it ends.
+
+Why a model of its own: the only channel from a node back to the controller is the pod's
+termination message (Kubernetes keeps at most 4096 bytes of it), and the controller and the stage
+planner make decisions from it (which stage failed, which task and why, whether the role asked for a
+reboot). So the shape is versioned (``"v": 1``), small, and both ends share this one definition.
+
+Guarantees:
+- ``AgentResult.to_termination_message`` always returns valid JSON of at most ``max_bytes`` UTF-8
+  bytes. When the full result does not fit it first shortens the failure message, then drops the
+  details of stages that did not fail, then all stage details, and marks ``truncated``. The facts
+  the controller decides on (failed or not, failing stage, rebootRequested) survive every step.
+- ``parse_termination_message`` never raises: garbage (empty, not JSON, wrong shape, a pod killed
+  before writing) comes back as a result with ``unparseable`` set and a short excerpt of the text.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+
+from pydantic import Field, ValidationError
+
+from lifecycle.wire import WireModel
+
+RESULT_VERSION = 1
+# Kubernetes truncates a container's termination message to 4096 bytes; anything we write beyond
+# that would be cut mid-JSON by the kubelet, so we cut it ourselves, safely.
+MAX_TERMINATION_BYTES = 4096
+# Below this the smallest possible result (version, flags, failing stage) cannot be promised.
+MIN_TERMINATION_BYTES = 256
+# Keeps one very long task or action name from crowding out the message that explains the failure.
+MAX_NAME_CHARS = 200
+# Enough of an unparseable message to recognise what produced it, short enough for a condition.
+RAW_EXCERPT_CHARS = 200
+ELLIPSIS = "…"
+
+
+class StageStatus(StrEnum):
+    OK = "ok"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class StageResult(WireModel):
+    name: str = Field(description="Stage name: apply, apply-check, config, interrupt, ...")
+    status: StageStatus = Field(description="ok, failed or skipped (not run after a failure).")
+    ok: int = Field(default=0, ge=0, description="Tasks that were ok (incl. changed).")
+    changed: int = Field(default=0, ge=0, description="Tasks that changed something.")
+    failed: int = Field(default=0, ge=0, description="Tasks that failed.")
+    skipped: int = Field(default=0, ge=0, description="Tasks skipped by a condition.")
+    unreachable: int = Field(default=0, ge=0, description="Host unreachable (connection) events.")
+    duration_seconds: float = Field(default=0.0, ge=0, description="Wall time of the stage.")
+
+
+class Failure(WireModel):
+    stage: str = Field(description="Stage that failed.")
+    task: str = Field(default="", description="Name of the failing task.")
+    action: str = Field(default="", description="Module/action of the failing task.")
+    message: str = Field(default="", description="Why it failed (module msg, assert msg).")
+
+
+class AgentResult(WireModel):
+    v: int = Field(default=RESULT_VERSION, description="Result format version.")
+    package: str = Field(default="", description="Package name.")
+    version: str = Field(default="", description="Package version.")
+    stages: list[StageResult] = Field(default_factory=list, description="Stages in run order.")
+    failure: Failure | None = Field(default=None, description="First failure, null on success.")
+    reboot_requested: bool = Field(
+        default=False, description="The role asked for a reboot (handler or fact); not performed."
+    )
+    truncated: bool = Field(default=False, description="Details were dropped to fit 4 KiB.")
+    stages_omitted: int = Field(default=0, ge=0, description="Stage entries dropped to fit.")
+    unparseable: bool = Field(default=False, description="Set by the reader on garbage input.")
+    raw: str = Field(default="", description="Excerpt of the text when unparseable.")
+
+    @property
+    def succeeded(self) -> bool:
+        """True when the run ended well: parsed, no failure, no failed stage."""
+        if self.unparseable or self.failure is not None:
+            return False
+        return all(stage.status is not StageStatus.FAILED for stage in self.stages)
+
+    def to_termination_message(self, max_bytes: int = MAX_TERMINATION_BYTES) -> str:
+        """Compact JSON of at most ``max_bytes`` UTF-8 bytes (see the module docstring)."""
+        if max_bytes < MIN_TERMINATION_BYTES:
+            raise ValueError(f"max_bytes must be at least {MIN_TERMINATION_BYTES}")
+        text = _dump(self)
+        if _size(text) <= max_bytes:
+            return text
+        for candidate in self._shrinking():
+            text = _dump(candidate)
+            if _size(text) <= max_bytes:
+                return text
+            if candidate.failure is not None and candidate.failure.message:
+                fitted = _fit_message(candidate, max_bytes)
+                if fitted is not None:
+                    return fitted
+        for limit in (40, 8, 0):
+            text = _dump(self._minimal(limit))
+            if _size(text) <= max_bytes:
+                return text
+        raise AssertionError("unreachable: the empty minimal result is ~250 bytes")
+
+    def _shrinking(self) -> list[AgentResult]:
+        """Ever smaller variants, in the order we are willing to lose information."""
+        failure = self.failure
+        if failure is not None:
+            failure = failure.model_copy(
+                update={
+                    "stage": _cut(failure.stage, MAX_NAME_CHARS),
+                    "task": _cut(failure.task, MAX_NAME_CHARS),
+                    "action": _cut(failure.action, MAX_NAME_CHARS),
+                }
+            )
+        base = self.model_copy(
+            update={
+                "failure": failure,
+                "truncated": True,
+                "package": _cut(self.package, MAX_NAME_CHARS),
+                "version": _cut(self.version, MAX_NAME_CHARS),
+                "raw": _cut(self.raw, RAW_EXCERPT_CHARS),
+                "stages": [
+                    s.model_copy(update={"name": _cut(s.name, MAX_NAME_CHARS)}) for s in self.stages
+                ],
+            }
+        )
+        failed_only = [s for s in base.stages if s.status is StageStatus.FAILED][:1]
+        return [
+            base,
+            base.model_copy(
+                update={
+                    "stages": failed_only,
+                    "stages_omitted": self.stages_omitted + len(base.stages) - len(failed_only),
+                }
+            ),
+            base.model_copy(
+                update={"stages": [], "stages_omitted": self.stages_omitted + len(base.stages)}
+            ),
+        ]
+
+    def _minimal(self, limit: int) -> AgentResult:
+        """Only the decision-relevant facts, every string cut to ``limit`` characters."""
+        failure = None
+        if self.failure is not None:
+            failure = Failure(
+                stage=_cut(self.failure.stage, limit),
+                task=_cut(self.failure.task, limit),
+                action=_cut(self.failure.action, limit),
+            )
+        return AgentResult(
+            package=_cut(self.package, limit),
+            version=_cut(self.version, limit),
+            failure=failure,
+            reboot_requested=self.reboot_requested,
+            truncated=True,
+            stages_omitted=self.stages_omitted + len(self.stages),
+            unparseable=self.unparseable,
+        )
+
+
+def parse_termination_message(text: str) -> AgentResult:
+    """Read a termination message back; never raises (garbage -> ``unparseable``)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError, TypeError):
+        return _unparseable(text)
+    if not isinstance(data, dict) or not isinstance(data.get("v"), int) or data["v"] < 1:
+        return _unparseable(text)
+    try:
+        return AgentResult.model_validate(data)
+    except (ValidationError, RecursionError):
+        return _unparseable(text)
+
+
+def _unparseable(text: object) -> AgentResult:
+    excerpt = text if isinstance(text, str) else repr(text)
+    return AgentResult(unparseable=True, raw=_cut(excerpt, RAW_EXCERPT_CHARS))
+
+
+def _dump(result: AgentResult) -> str:
+    return json.dumps(result.to_wire(), separators=(",", ":"), ensure_ascii=False)
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1] + ELLIPSIS if limit > 0 else ""
+
+
+def _fit_message(result: AgentResult, max_bytes: int) -> str | None:
+    """Longest prefix of the failure message that fits (binary search), or None."""
+    assert result.failure is not None
+    message = result.failure.message
+
+    def dumped(keep: int) -> str:
+        cut = message if keep >= len(message) else message[:keep] + ELLIPSIS
+        failure = result.failure.model_copy(update={"message": cut}) if result.failure else None
+        return _dump(result.model_copy(update={"failure": failure}))
+
+    if _size(dumped(0)) > max_bytes:
+        return None
+    low, high = 0, len(message)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _size(dumped(middle)) <= max_bytes:
+            low = middle
+        else:
+            high = middle - 1
+    return dumped(low)
