@@ -1,0 +1,1 @@
+"""The sandbox's simulated kubelet: one Python process serving many simulated nodes."""
