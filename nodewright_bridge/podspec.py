@@ -67,7 +67,7 @@ def vars_hash(package: Package) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def build_vars_configmap(cr: NodeWright, name: str, package: Package) -> dict[str, Any]:
+def build_vars_configmap(cr: NodeWright, package: Package) -> dict[str, Any]:
     """The ConfigMap holding ``vars.json`` and the package's configMap files."""
     cr_name = cr.metadata.name
     data = {"vars.json": json.dumps(package.vars, sort_keys=True)}
