@@ -61,6 +61,18 @@ class PackageState(WireModel):
     boot_id: str | None = Field(default=None, description="bootID seen when a reboot started.")
     updated: str = Field(default="", description="RFC 3339 of the last change.")
     config_hash: str = Field(default="", description="Hash of vars/configMap applied.")
+    config_keys: dict[str, str] = Field(
+        default_factory=dict, description="Var name / configMap key -> short digest applied."
+    )
+    changed_keys: list[str] = Field(
+        default_factory=list,
+        description="Keys whose change opened this config cycle; empty for install/upgrade.",
+    )
+    started: str = Field(default="", description="RFC 3339 when this step (attempt) began.")
+    retry_at: str = Field(
+        default="", description="RFC 3339 after which the failed attempt may be retried."
+    )
+    message: str = Field(default="", description="Why the last attempt failed (truncated).")
 
 
 def package_key(name: str, version: str) -> str:
