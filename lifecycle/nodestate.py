@@ -73,6 +73,9 @@ class PackageState(WireModel):
         default="", description="RFC 3339 after which the failed attempt may be retried."
     )
     message: str = Field(default="", description="Why the last attempt failed (truncated).")
+    interrupt: str = Field(
+        default="", description="Interrupt type this entry's interrupt pod runs (owner only)."
+    )
 
 
 def package_key(name: str, version: str) -> str:
