@@ -1,0 +1,520 @@
+"""Run a command "on a simulated node" without letting it touch the real machine.
+
+Why: a chroot does not isolate mounts or kernel settings. Measured on this kind of machine, a public
+hardening role applied through a chroot connection mounted the real procfs at ``<root>/proc`` and
+its sysctl tasks then changed the test machine's own kernel. So every command that acts on a node
+root runs here:
+
+- in its own mount, PID, UTS and IPC namespaces (``unshare``; propagation private, so nothing it
+  mounts is seen outside, and everything it mounted is gone when it ends);
+- with ``<root>/proc`` a fresh procfs of the new PID namespace, whose ``sys`` directory is replaced
+  by the node's own writable stand-in (a directory of plain files in the node's state dir, seeded
+  once from the machine's values and kept until the node's simulated reboot); the procfs parts a
+  container runtime hides (``sysrq-trigger``, ``irq``, ``bus``, ``fs``, ``kcore``, ...) are hidden
+  the same way;
+- with ``<root>/sys`` the node's own directory (a small skeleton, reset at reboot), ``<root>/dev`` a
+  private tmpfs holding only harmless devices, and ``<root>/run`` the node root's own directory
+  (emptied at the node's simulated reboot).
+
+Three views of the file system, chosen by the caller (``View``):
+- ``HOST``: the real file system (writes outside the node root are real), with the node root
+  prepared as above - for a host-side tool such as ansible-playbook with a chroot connection.
+- ``NODE``: the node root becomes ``/`` (pivot_root, the rest of the machine is unreachable).
+- ``CONTAINER``: ``/`` is a throw-away overlay over the real ``/`` (reads see the machine, writes
+  vanish), with the node root at ``host_root_at`` and the caller's binds (volumes, the
+  termination-message file) at their paths; how exec-mode pods run the agent from this repo.
+
+Guarantees: the caller's process never changes namespace; killing the returned process (SIGKILL)
+ends everything started inside (it is the parent of the new PID namespace's init).
+Caveats: a command running as root inside could still deliberately mount a fresh procfs or unmount
+the stand-in and then write real sysctls, load kernel modules, or change the host network
+(hostNetwork is shared unless ``network=Network.NONE``). The namespaces stop accidents of ordinary
+roles (``ansible.posix.mount``/``sysctl``, ``hostname``), not a hostile payload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import platform
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import IO
+
+# --- the parent side ------------------------------------------------------------------------
+
+
+class View(StrEnum):
+    HOST = "host"
+    NODE = "node"
+    CONTAINER = "container"
+
+
+class Network(StrEnum):
+    HOST = "host"  # the machine's network namespace (hostNetwork pods)
+    NONE = "none"  # a private network namespace with only loopback
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """Make ``source`` (a real-host file or directory) appear at ``target``.
+
+    ``target`` is an absolute path in the command's view (inside the node root for ``View.NODE``,
+    inside the container root for ``View.CONTAINER``). For ``View.HOST`` the target must exist.
+    """
+
+    source: Path
+    target: str
+    read_only: bool = False
+
+
+class IsolationError(Exception):
+    """The isolated environment could not be prepared."""
+
+
+# Exit status of the inner init when setting up the namespaces failed (podman uses the same).
+SETUP_FAILED_EXIT = 125
+# Per-node state layout (under the node's isolation state dir).
+PROC_SYS_DIR = "proc-sys"
+SYS_DIR = "sys"
+BOOT_ID_FILE = "boot-id"
+_LOCK_FILE = ".isolation.lock"
+_SEEDED_MARKER = ".nwb-seeded"
+# What a fresh node's /sys offers: the places roles read or tune (THP, module parameters).
+SYS_SKELETON: tuple[str, ...] = (
+    "block",
+    "bus",
+    "class/net",
+    "devices/system/cpu",
+    "firmware",
+    "fs/cgroup",
+    "kernel/mm/transparent_hugepage",
+    "kernel/security",
+    "module",
+    "power",
+)
+SYS_SEED_FILES: tuple[str, ...] = (
+    "kernel/mm/transparent_hugepage/enabled",
+    "kernel/mm/transparent_hugepage/defrag",
+)
+# Devices a pod may open: same major/minor as the machine's (all harmless to share).
+DEVICES: tuple[str, ...] = ("null", "zero", "full", "random", "urandom", "tty")
+
+
+@contextlib.contextmanager
+def _locked(state: Path) -> Iterator[None]:
+    state.mkdir(parents=True, exist_ok=True)
+    with (state / _LOCK_FILE).open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _seed_proc_sys(target: Path) -> None:
+    """Copy the machine's readable sysctl values into plain files (write-only ones empty)."""
+    source = Path("/proc/sys")
+    for dirpath, dirnames, filenames in os.walk(source):
+        rel = Path(dirpath).relative_to(source)
+        if rel.parts[:2] == ("fs", "binfmt_misc"):
+            dirnames[:] = []  # its own file system; register files are commands, not values
+        (target / rel).mkdir(parents=True, exist_ok=True)
+        for name in filenames:
+            src = Path(dirpath, name)
+            try:
+                mode = stat.S_IMODE(src.stat().st_mode)
+            except OSError:
+                continue
+            try:
+                data = src.read_bytes() if mode & 0o444 else b""
+            except OSError:
+                data = b""
+            dst = target / rel / name
+            dst.write_bytes(data)
+            dst.chmod(mode | 0o200)
+
+
+def _seed_sys(target: Path) -> None:
+    for rel in SYS_SKELETON:
+        (target / rel).mkdir(parents=True, exist_ok=True)
+    for rel in SYS_SEED_FILES:
+        with contextlib.suppress(OSError):
+            (target / rel).write_bytes((Path("/sys") / rel).read_bytes())
+
+
+def _sysctl_files(root: Path) -> list[Path]:
+    """The node's sysctl configuration in systemd-sysctl's order (first dir wins per name)."""
+    chosen: dict[str, Path] = {}
+    for rel in ("etc/sysctl.d", "run/sysctl.d", "usr/local/lib/sysctl.d", "usr/lib/sysctl.d"):
+        directory = root / rel
+        if directory.is_dir() and not directory.is_symlink():
+            for path in directory.glob("*.conf"):
+                chosen.setdefault(path.name, path)
+    files = [chosen[name] for name in sorted(chosen)]
+    conf = root / "etc/sysctl.conf"
+    if conf.is_file() and not conf.is_symlink():
+        files.append(conf)
+    return files
+
+
+def _apply_sysctl_config(root: Path, proc_sys: Path) -> None:
+    """What a boot does: apply the node's sysctl.d/sysctl.conf to its /proc/sys stand-in."""
+    for path in _sysctl_files(root):
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for raw in lines:
+            line = raw.strip()
+            if not line or line[0] in "#;" or "=" not in line:
+                continue
+            key, _, value = line.lstrip("-").partition("=")
+            rel = key.strip().replace(".", "/")
+            dst = proc_sys / rel
+            if ".." in Path(rel).parts or not dst.is_file():
+                continue  # unknown key: the kernel would ignore it too
+            dst.write_text(value.strip() + "\n")
+
+
+def _clear_dir(path: Path) -> None:
+    """Empty ``path`` (a directory inside a node root) without following any symlink."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    path.mkdir(parents=True, exist_ok=True)
+    for entry in path.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def prepare_node(root: Path, state: Path, boot_id: str) -> bool:
+    """Make the node's per-boot state match ``boot_id``; True when this started a new boot.
+
+    A new boot (first use, or after a simulated reboot changed the id) empties ``<root>/run``,
+    reseeds the ``/proc/sys`` stand-in and ``/sys``, applies the node's sysctl configuration, and
+    writes ``boot_id`` to ``/proc/sys/kernel/random/boot_id``. Safe to call before every command.
+    """
+    with _locked(state):
+        id_file = state / BOOT_ID_FILE
+        if id_file.is_file() and id_file.read_text().strip() == boot_id:
+            return False
+        proc_sys, sys_dir = state / PROC_SYS_DIR, state / SYS_DIR
+        for directory in (proc_sys, sys_dir):
+            if directory.exists():
+                shutil.rmtree(directory)
+            directory.mkdir(parents=True)
+        _seed_proc_sys(proc_sys)
+        _seed_sys(sys_dir)
+        _clear_dir(root / "run")
+        (root / "run/lock").mkdir(exist_ok=True)
+        _apply_sysctl_config(root, proc_sys)
+        boot_file = proc_sys / "kernel/random/boot_id"
+        if boot_file.parent.is_dir():
+            boot_file.write_text(boot_id + "\n")
+        id_file.write_text(boot_id + "\n")
+        return True
+
+
+def run_isolated(
+    root: Path,
+    state: Path,
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    binds: Sequence[Bind] = (),
+    view: View = View.HOST,
+    host_root_at: str = "/host",
+    network: Network = Network.HOST,
+    hostname: str = "",
+    cwd: str = "",
+    boot_id: str = "",
+    stdin: int | IO[bytes] | None = subprocess.DEVNULL,
+    stdout: int | IO[bytes] | None = None,
+    stderr: int | IO[bytes] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` isolated on the node whose root is ``root``; see the module docstring.
+
+    Args:
+        root: the node's root filesystem (e.g. ``NodeRoot.path``).
+        state: the node's isolation state directory (``/proc/sys`` stand-in, ``/sys``, boot id).
+        argv: the command; resolved with ``env["PATH"]`` inside the chosen view.
+        env: the command's complete environment.
+        binds: extra files/directories to show at given paths (applied in path order).
+        view: what ``/`` is for the command (``View``).
+        host_root_at: ``View.CONTAINER`` only: where the node root appears.
+        network: share the machine's network namespace or get a private, loopback-only one.
+        hostname: the command's host name (own UTS namespace); default: the node root's
+            ``/etc/hostname``.
+        cwd: working directory inside the view (default ``/``).
+        boot_id: if given, ``prepare_node(root, state, boot_id)`` runs first.
+        stdin: as for ``subprocess.Popen``; ``stdout``/``stderr`` likewise.
+
+    Returns:
+        The process; its exit status is the command's (``SETUP_FAILED_EXIT`` if the isolated
+        environment could not be built, with the reason on stderr). ``kill()`` ends everything
+        inside; ``terminate()`` passes SIGTERM to the command.
+    """
+    if shutil.which("unshare") is None:
+        raise IsolationError("unshare (util-linux) is not installed")
+    root, state = root.resolve(), state.resolve()
+    if not root.is_dir():
+        raise IsolationError(f"node root {root} is not a directory")
+    if boot_id:
+        prepare_node(root, state, boot_id)
+    elif not (state / PROC_SYS_DIR).is_dir():
+        raise IsolationError(f"node state {state} is not prepared (pass boot_id)")
+    scratch = state / "mnt"
+    if view is View.CONTAINER:
+        scratch.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "root": str(root),
+        "state": str(state),
+        "argv": list(argv),
+        "binds": [[str(b.source.resolve()), b.target, b.read_only] for b in binds],
+        "view": view.value,
+        "host_root_at": host_root_at,
+        "hostname": hostname,
+        "cwd": cwd or "/",
+        "scratch": str(scratch),
+    }
+    flags = ["--mount", "--pid", "--uts", "--ipc", "--fork", "--kill-child"]
+    if network is Network.NONE:
+        flags.append("--net")
+    cmd = [
+        "unshare",
+        *flags,
+        "--propagation",
+        "private",
+        sys.executable,
+        "-m",
+        __name__,
+        json.dumps(spec),
+    ]
+    return subprocess.Popen(
+        cmd,
+        env=dict(env),
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+    )
+
+
+def stop_isolated(proc: subprocess.Popen[bytes], *, grace: float = 5.0) -> int:
+    """SIGTERM the command, then SIGKILL everything after ``grace`` seconds; the exit status."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)  # unshare ignores it; the inner init forwards it
+        try:
+            return proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
+
+
+# --- the inner side: runs as PID 1 of the new PID namespace --------------------------------
+
+_MS_RDONLY = 1
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_NOEXEC = 8
+_MS_REMOUNT = 32
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+_MNT_DETACH = 2
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}
+# Host procfs entries a container runtime hides (runc's defaults): writable ones become
+# read-only, informative ones are shadowed by /dev/null.
+_PROC_READ_ONLY = ("bus", "fs", "irq", "sysrq-trigger")
+_PROC_MASKED = ("kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug")
+
+# The running interpreter already links libc; find_library() would spawn ldconfig (slow).
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(source: str, target: str, fstype: str, flags: int, data: str = "") -> None:
+    result = _libc.mount(
+        source.encode(), target.encode(), fstype.encode(), flags, data.encode() if data else None
+    )
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {source} on {target} ({fstype}): {os.strerror(err)}")
+
+
+def _bind(source: str, target: str, *, read_only: bool = False, recursive: bool = False) -> None:
+    _mount(source, target, "", _MS_BIND | (_MS_REC if recursive else 0))
+    if read_only:
+        _mount("", target, "", _MS_BIND | _MS_REMOUNT | _MS_RDONLY)
+
+
+def _inside(base: str, rel: str, *, directory: bool = True) -> str:
+    """``base/rel`` as a real path inside ``base``: symlinks the node made are replaced."""
+    path = base
+    parts = [p for p in rel.split("/") if p and p != "."]
+    for index, part in enumerate(parts):
+        if part == "..":
+            raise IsolationError(f"path {rel!r} leaves {base}")
+        path = os.path.join(path, part)
+        last = index == len(parts) - 1
+        if os.path.islink(path):
+            os.unlink(path)
+        if not os.path.lexists(path):
+            if last and not directory:
+                with open(path, "a"):
+                    pass
+            else:
+                os.mkdir(path, 0o755)
+    return path
+
+
+def _setup_proc(proc: str, proc_sys: str) -> None:
+    _mount("proc", proc, "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    for name in _PROC_READ_ONLY:
+        path = os.path.join(proc, name)
+        if os.path.exists(path):
+            _bind(path, path, read_only=True)
+    for name in _PROC_MASKED:
+        path = os.path.join(proc, name)
+        if os.path.isfile(path):
+            _bind("/dev/null", path)
+    _bind(proc_sys, os.path.join(proc, "sys"))
+
+
+def _setup_dev(dev: str) -> None:
+    _mount("tmpfs", dev, "tmpfs", _MS_NOSUID, "mode=755,size=65536k")
+    for name in DEVICES:
+        info = os.stat(os.path.join("/dev", name))
+        os.mknod(os.path.join(dev, name), stat.S_IFCHR | 0o666, info.st_rdev)
+        os.chmod(os.path.join(dev, name), 0o666)
+    for sub, mode in (("pts", 0o755), ("shm", 0o1777), ("mqueue", 0o755)):
+        os.mkdir(os.path.join(dev, sub), mode)
+        os.chmod(os.path.join(dev, sub), mode)
+    _mount("devpts", os.path.join(dev, "pts"), "devpts", _MS_NOSUID | _MS_NOEXEC,
+           "newinstance,ptmxmode=0666,mode=0620,gid=5")  # fmt: skip
+    _mount("shm", os.path.join(dev, "shm"), "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+    for name, target in (
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
+        os.symlink(target, os.path.join(dev, name))
+
+
+def _setup_system_dirs(base: str, state: str) -> None:
+    """procfs with the /proc/sys stand-in, the node's /sys and a private /dev under ``base``."""
+    _setup_proc(_inside(base, "proc"), os.path.join(state, PROC_SYS_DIR))
+    _bind(os.path.join(state, SYS_DIR), _inside(base, "sys"))
+    _setup_dev(_inside(base, "dev"))
+
+
+def _pivot(new_root: str) -> None:
+    number = _SYS_PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        raise IsolationError(f"pivot_root: unknown architecture {platform.machine()}")
+    os.chdir(new_root)
+    if _libc.syscall(number, b".", b".") != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"pivot_root {new_root}: {os.strerror(err)}")
+    if _libc.umount2(b".", _MNT_DETACH) != 0:  # the old root, stacked under the new one
+        err = ctypes.get_errno()
+        raise OSError(err, f"detach old root: {os.strerror(err)}")
+    os.chdir("/")
+
+
+def _apply_binds(base: str, binds: list[list[object]]) -> None:
+    for source, target, read_only in sorted(binds, key=lambda b: str(b[1]).count("/")):
+        src = str(source)
+        path = _inside(base, str(target), directory=os.path.isdir(src))
+        _bind(src, path, read_only=bool(read_only), recursive=True)
+
+
+def _build(spec: dict[str, object]) -> None:
+    root, state = str(spec["root"]), str(spec["state"])
+    view = View(str(spec["view"]))
+    binds = spec["binds"]
+    assert isinstance(binds, list)
+    _mount("", "/", "", _MS_REC | _MS_PRIVATE)  # belt and braces: nothing propagates out
+    hostname = str(spec["hostname"])
+    if not hostname:
+        with contextlib.suppress(OSError):
+            hostname = Path(root, "etc/hostname").read_text().strip()
+    if hostname:
+        _libc.sethostname(hostname.encode(), len(hostname.encode()))
+    if not os.path.ismount(root):
+        _bind(root, root)  # pivot_root and a clean rbind both need a mount point
+    _setup_system_dirs(root, state)
+    if view is View.HOST:
+        for source, target, read_only in binds:
+            _bind(str(source), str(target), read_only=bool(read_only), recursive=True)
+    elif view is View.NODE:
+        _apply_binds(root, binds)
+        _pivot(root)
+    else:
+        scratch = str(spec["scratch"])
+        _mount("tmpfs", scratch, "tmpfs", 0, "mode=755")
+        upper, work, merged = (os.path.join(scratch, n) for n in ("upper", "work", "root"))
+        for path in (upper, work, merged):
+            os.mkdir(path)
+        _mount("overlay", merged, "overlay", 0, f"lowerdir=/,upperdir={upper},workdir={work}")
+        _setup_system_dirs(merged, state)
+        _mount("tmpfs", _inside(merged, "tmp"), "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+        _bind(root, _inside(merged, str(spec["host_root_at"])), recursive=True)
+        _apply_binds(merged, binds)
+        _pivot(merged)
+
+
+def _init(spec: dict[str, object]) -> int:
+    """PID 1 of the node: build the view, start the command, reap orphans, forward signals."""
+    try:
+        _build(spec)
+    except (OSError, IsolationError) as exc:
+        print(f"nodewright-bridge isolation: {exc}", file=sys.stderr)
+        return SETUP_FAILED_EXIT
+    argv = [str(a) for a in spec["argv"]]  # type: ignore[attr-defined]  # JSON list
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setsid()
+            os.chdir(str(spec["cwd"]))
+            os.execvpe(argv[0], argv, dict(os.environ))
+        except OSError as exc:
+            print(f"nodewright-bridge isolation: cannot run {argv[0]}: {exc}", file=sys.stderr)
+            os._exit(127 if exc.errno == errno.ENOENT else 126)
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child, signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, forward)
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            return 0
+        except InterruptedError:
+            continue
+        if pid == child:
+            return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else (
+                128 + os.WTERMSIG(status)
+            )  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(_init(json.loads(sys.argv[1])))
