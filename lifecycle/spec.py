@@ -241,6 +241,14 @@ class Resources(InputModel):
     memory_request: str | None = Field(default=None, description="Memory request (quantity).")
     memory_limit: str | None = Field(default=None, description="Memory limit (quantity).")
 
+    @field_validator("cpu_request", "cpu_limit", "memory_request", "memory_limit", mode="before")
+    @classmethod
+    def _numbers_are_quantities(cls, value: Any) -> Any:
+        # Like core/v1 resources, a quantity may be written as a bare number (cpuRequest: 2).
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        return value
+
     @model_validator(mode="after")
     def _all_or_none_and_limits(self) -> Self:
         fields = {

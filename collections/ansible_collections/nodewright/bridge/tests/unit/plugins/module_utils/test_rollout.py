@@ -1,0 +1,151 @@
+# -*- coding: utf-8 -*-
+# Copyright: nodewright-bridge contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Argument handling and status reading of the rollout modules (pure, no cluster)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+from ansible_collections.nodewright.bridge.plugins.module_utils import client
+from ansible_collections.nodewright.bridge.plugins.module_utils import rollout as logic
+
+
+def params(**kw):
+    base = dict((k, None) for k in logic.ROLLOUT_FIELDS)
+    base.update(name="gpu-tuning", node_selector=None)
+    base.update(kw)
+    return base
+
+
+def test_module_arguments_become_a_camel_case_nodewright_without_touching_user_data():
+    body = logic.rollout_body(
+        params(
+            node_selector={"nvidia.com/gpu.product": "A100"},
+            deployment_policy="canary",
+            packages={
+                "sysctl-tuning": {
+                    "version": "1.2.0",
+                    "image": "127.0.0.1:5000/pkgs/sysctl-tuning",
+                    "vars": {"sysctl_settings": {"vm.swappiness": 10}},
+                    "depends_on": {"base_pkg": "1.0.0"},
+                    "max_attempts": 2,
+                    "config_interrupts": {"sysctl_*": {"type": "noop"}},
+                }
+            },
+            drain={"delete_empty_dir_data": False, "pod_selector": {"match_labels": {"a_b": "c"}}},
+        )
+    )
+    spec = body["spec"]
+    assert body["kind"] == "NodeWright" and body["metadata"] == {"name": "gpu-tuning"}
+    assert spec["nodeSelectors"] == {"matchLabels": {"nvidia.com/gpu.product": "A100"}}
+    assert spec["deploymentPolicy"] == "canary"
+    pkg = spec["packages"]["sysctl-tuning"]
+    assert pkg["vars"] == {"sysctl_settings": {"vm.swappiness": 10}}
+    assert pkg["dependsOn"] == {"base_pkg": "1.0.0"}
+    assert pkg["maxAttempts"] == 2
+    assert pkg["configInterrupts"] == {"sysctl_*": {"type": "noop"}}
+    assert spec["drain"] == {"deleteEmptyDirData": False, "podSelector": {"matchLabels": {"a_b": "c"}}}
+
+
+def test_policy_arguments_become_a_deployment_policy():
+    body = logic.policy_body(
+        dict(
+            name="canary",
+            default={"budget": {"percent": 10}, "strategy": {"fixed": {"initial_batch": 1}}},
+            compartments=[
+                {
+                    "name": "a100",
+                    "selector": {"match_labels": {"gpu_type": "a100"}},
+                    "budget": {"count": 4},
+                    "strategy": {"exponential": {"initial_batch": 1, "growth_factor": 2}},
+                }
+            ],
+            reset_batch_state_on_completion=False,
+        )
+    )
+    comp = body["spec"]["compartments"][0]
+    assert comp["selector"] == {"matchLabels": {"gpu_type": "a100"}}
+    assert comp["strategy"] == {"exponential": {"initialBatch": 1, "growthFactor": 2}}
+    assert body["spec"]["default"]["strategy"] == {"fixed": {"initialBatch": 1}}
+    assert body["spec"]["resetBatchStateOnCompletion"] is False
+
+
+def test_defaults_filled_in_by_the_api_server_are_not_a_change():
+    desired = {"spec": {"packages": {"p": {"version": "1.0.0"}}}}
+    live = {"spec": {"packages": {"p": {"version": "1.0.0", "maxAttempts": 3}}, "priority": 200}}
+    assert not logic.spec_changed(live, desired)
+    assert logic.spec_changed(live, {"spec": {"packages": {"p": {"version": "1.0.1"}}}})
+    assert logic.spec_changed(None, desired)
+
+
+def cr(conditions, generation=2, observed=2):
+    return {
+        "metadata": {"name": "x", "generation": generation},
+        "status": {"observedGeneration": observed, "conditions": conditions},
+    }
+
+
+def test_ready_for_the_current_generation_finishes_the_wait():
+    done = logic.rollout_outcome(cr([{"type": "Ready", "status": "True", "message": "3/3"}]))
+    assert done == (True, False, "3/3")
+
+
+def test_ready_for_an_old_generation_keeps_waiting():
+    finished, _, _ = logic.rollout_outcome(
+        cr([{"type": "Ready", "status": "True"}], generation=3, observed=2)
+    )
+    assert not finished
+
+
+def test_a_stalled_or_degraded_rollout_fails_with_the_controllers_message():
+    message = "node n1 package sysctl-tuning 1.2.0 stage apply-check task 'verify swappiness': 60 != 10"
+    finished, failed, text = logic.rollout_outcome(
+        cr([{"type": "Ready", "status": "False"}, {"type": "Degraded", "status": "True", "message": message}])
+    )
+    assert finished and failed
+    assert "verify swappiness" in text and text.startswith("Degraded")
+
+
+def test_node_results_come_from_the_node_annotations():
+    nodes = [
+        {
+            "metadata": {
+                "name": "n1",
+                "annotations": {
+                    "bridge.nodewright.io/state-x": json.dumps({"p|1.0.0": {"stage": "config", "state": "complete"}}),
+                    "bridge.nodewright.io/status-x": "complete",
+                },
+            }
+        },
+        {"metadata": {"name": "other", "annotations": {}}},
+    ]
+    assert logic.node_results(nodes, "x") == {
+        "n1": {"status": "complete", "packages": {"p|1.0.0": {"stage": "config", "state": "complete"}}}
+    }
+
+
+def test_pause_patch_sets_and_removes_the_annotation():
+    assert logic.pause_patch("x", True)["metadata"]["annotations"] == {"bridge.nodewright.io/pause": "true"}
+    assert logic.pause_patch("x", False)["metadata"]["annotations"] == {"bridge.nodewright.io/pause": None}
+
+
+def test_auth_options_fall_back_to_the_kubernetes_core_environment_names():
+    opts = client.auth_options(
+        dict(kubeconfig=None, context="ctx", host=None, api_key=None, validate_certs=None, ca_cert=None),
+        environ={"K8S_AUTH_KUBECONFIG": "/k", "K8S_AUTH_CONTEXT": "env", "K8S_AUTH_VERIFY_SSL": "no"},
+    )
+    assert opts["kubeconfig"] == "/k"
+    assert opts["context"] == "ctx"
+    assert opts["validate_certs"] is False
+
+
+def test_api_errors_report_the_api_servers_message():
+    class Exc(Exception):
+        status = 422
+        reason = "Unprocessable Entity"
+        body = json.dumps({"message": "spec.packages.x.version: Invalid value: must be semver"})
+
+    assert client.api_error_message(Exc()) == "spec.packages.x.version: Invalid value: must be semver"
