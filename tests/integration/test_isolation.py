@@ -1,0 +1,269 @@
+"""Per-node isolation: what a role does to a simulated node never reaches the real machine.
+
+The proof for the hazard measured on this kind of machine (see verified-here.md): a role that
+mounts /proc with hidepid (like a common hardening role) and sets sysctls, run with real
+ansible-runner and the community.general.chroot connection into a node root, changes only that
+node: the machine's /proc/sys values stay as they were and no mount is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodewright_bridge.sandbox import isolation, rootfs
+
+pytestmark = [
+    pytest.mark.rootfs,
+    pytest.mark.skipif(os.geteuid() != 0, reason="namespaces, chroot and mounts need root"),
+]
+
+VENV_BIN = Path(sys.executable).parent
+ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+# The sysctls the test role sets; the values differ from any machine default we know of.
+SWAPPINESS = "vm/swappiness"
+IP_FORWARD = "net/ipv4/ip_forward"
+
+
+@pytest.fixture(scope="module")
+def base() -> Path:
+    return rootfs.ensure_base_rootfs()
+
+
+@pytest.fixture
+def node(base: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    root = rootfs.mount_node_root(base, tmp_path / "node")
+    state = tmp_path / "node/isolation"
+    isolation.prepare_node(root.path, state, "boot-1")
+    yield root.path, state
+    rootfs.unmount_node_root(root, remove=True)
+
+
+def host_sysctl(rel: str) -> str:
+    return (Path("/proc/sys") / rel).read_text().strip()
+
+
+@pytest.fixture
+def host_sysctls_guarded() -> Iterator[dict[str, str]]:
+    """The machine's values before the test; restored (and the test failed) if they changed."""
+    before = {rel: host_sysctl(rel) for rel in (SWAPPINESS, IP_FORWARD)}
+    yield before
+    changed = {rel: host_sysctl(rel) for rel in before if host_sysctl(rel) != before[rel]}
+    for rel in changed:
+        (Path("/proc/sys") / rel).write_text(before[rel] + "\n")
+    assert not changed, f"the real machine's sysctls changed: {changed}"
+
+
+def mounts_under(path: Path) -> list[str]:
+    prefix = str(path.resolve())
+    with open("/proc/self/mountinfo") as handle:
+        points = [line.split()[4] for line in handle]
+    return [p for p in points if p.startswith(prefix)]
+
+
+def run_on_node(
+    root: Path, state: Path, script: str, view: isolation.View = isolation.View.NODE
+) -> subprocess.CompletedProcess[bytes]:
+    proc = isolation.run_isolated(
+        root, state, ["sh", "-ec", script], env=ENV, view=view, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+HARDENING_TASKS = """\
+- name: Hide other users' processes (as OS hardening roles do)
+  ansible.posix.mount:
+    path: /proc
+    src: proc
+    fstype: proc
+    opts: rw,nosuid,nodev,noexec,relatime,hidepid=2
+    state: mounted
+- name: Tune swappiness
+  ansible.posix.sysctl:
+    name: vm.swappiness
+    value: "13"
+    state: present
+    sysctl_set: true
+    reload: true
+- name: Flip IPv4 forwarding
+  ansible.posix.sysctl:
+    name: net.ipv4.ip_forward
+    value: "{{ wanted_forward }}"
+    state: present
+    sysctl_set: true
+"""
+
+RUNNER_SCRIPT = """\
+import json, sys
+import ansible_runner
+args = json.loads(sys.argv[1])
+result = ansible_runner.run(
+    private_data_dir=args["pdd"],
+    playbook="site.yml",
+    inventory={"all": {"hosts": {"node": {
+        "ansible_connection": "community.general.chroot",
+        "ansible_host": args["root"],
+        "ansible_python_interpreter": "/usr/bin/python3",
+    }}}},
+    extravars={"wanted_forward": args["forward"]},
+    quiet=True,
+)
+failed = [e["event_data"].get("task") for e in result.events if e["event"] == "runner_on_failed"]
+print(json.dumps({"status": result.status, "rc": result.rc, "failed": failed}))
+sys.exit(0 if result.status == "successful" else 1)
+"""
+
+
+def test_a_role_mounting_proc_and_setting_sysctls_changes_only_the_simulated_node(
+    node: tuple[Path, Path], tmp_path: Path, host_sysctls_guarded: dict[str, str]
+) -> None:
+    root, state = node
+    forward = "0" if host_sysctls_guarded[IP_FORWARD] == "1" else "1"
+    pdd = tmp_path / "pdd"
+    (pdd / "project/roles/harden/tasks").mkdir(parents=True)
+    (pdd / "project/roles/harden/tasks/main.yml").write_text(HARDENING_TASKS)
+    (pdd / "project/site.yml").write_text("- hosts: all\n  gather_facts: true\n  roles: [harden]\n")
+    script = tmp_path / "run_role.py"
+    script.write_text(RUNNER_SCRIPT)
+    env = {**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}", "HOME": str(tmp_path)}
+    args = f'{{"pdd": "{pdd}", "root": "{root}", "forward": "{forward}"}}'
+    proc = isolation.run_isolated(
+        root, state, [sys.executable, str(script), args], env=env, view=isolation.View.HOST,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, (out.decode()[-3000:], err.decode()[-3000:])
+
+    # The machine: unchanged kernel settings, no mount left under the node root but the root.
+    assert host_sysctl(SWAPPINESS) == host_sysctls_guarded[SWAPPINESS]
+    assert host_sysctl(IP_FORWARD) == host_sysctls_guarded[IP_FORWARD]
+    assert mounts_under(root) == [str(root.resolve())]
+    assert "hidepid" not in Path("/etc/fstab").read_text()
+    # The node: its fstab and sysctl.conf were written, and its own /proc/sys has the values.
+    assert "hidepid=2" in (root / "etc/fstab").read_text()
+    assert "vm.swappiness=13" in (root / "etc/sysctl.conf").read_text()
+    seen = run_on_node(
+        root, state, "cat /proc/sys/vm/swappiness /proc/sys/net/ipv4/ip_forward; mount"
+    )
+    assert seen.returncode == 0, seen.stderr
+    lines = seen.stdout.decode().splitlines()
+    assert lines[:2] == ["13", forward]  # the next pod on this node sees what the role set
+
+
+def test_stacked_proc_remount_inside_keeps_the_stand_in(
+    node: tuple[Path, Path], host_sysctls_guarded: dict[str, str]
+) -> None:
+    root, state = node
+    done = run_on_node(
+        root,
+        state,
+        "mount -o remount,hidepid=2 /proc; echo 7 > /proc/sys/vm/swappiness; "
+        "cat /proc/sys/vm/swappiness; cat /proc/sys/kernel/random/boot_id; hostname",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().split() == ["7", "boot-1", "nwb-node"]
+    assert host_sysctl(SWAPPINESS) == host_sysctls_guarded[SWAPPINESS]
+
+
+def test_commands_see_a_private_pid_namespace_and_only_harmless_devices(
+    node: tuple[Path, Path],
+) -> None:
+    root, state = node
+    done = run_on_node(root, state, "ls /proc | grep -c '^[0-9]' ; ls /dev")
+    assert done.returncode == 0, done.stderr
+    count, *devices = done.stdout.decode().split()
+    assert int(count) <= 5  # init, sh, ls, grep: nothing of the machine's
+    assert "vda" not in devices and "kmsg" not in devices
+    assert {"null", "zero", "urandom", "tty", "pts", "shm"} <= set(devices)
+
+
+def test_run_is_kept_per_node_and_emptied_by_a_simulated_reboot(
+    node: tuple[Path, Path], base: Path, tmp_path: Path
+) -> None:
+    root, state = node
+    other = rootfs.mount_node_root(base, tmp_path / "other")
+    other_state = tmp_path / "other/isolation"
+    isolation.prepare_node(other.path, other_state, "boot-1")
+    try:
+        assert run_on_node(root, state, "echo x > /run/flag").returncode == 0
+        assert run_on_node(root, state, "cat /run/flag").stdout == b"x\n"
+        assert run_on_node(other.path, other_state, "test ! -e /run/flag").returncode == 0
+        # A runtime-only sysctl and one from the node's sysctl config; then a reboot.
+        (root / "etc/sysctl.d").mkdir(exist_ok=True)
+        (root / "etc/sysctl.d/90-test.conf").write_text("vm.swappiness = 21\n")
+        assert run_on_node(root, state, "echo 55 > /proc/sys/vm/dirty_ratio").returncode == 0
+        dirty_before = host_sysctl("vm/dirty_ratio")
+        assert isolation.prepare_node(root, state, "boot-2") is True
+        after = run_on_node(
+            root,
+            state,
+            "test ! -e /run/flag; cat /proc/sys/vm/swappiness /proc/sys/vm/dirty_ratio "
+            "/proc/sys/kernel/random/boot_id",
+        )
+        assert after.returncode == 0, after.stderr
+        assert after.stdout.decode().split() == ["21", dirty_before, "boot-2"]
+        assert isolation.prepare_node(root, state, "boot-2") is False  # same boot: kept
+    finally:
+        rootfs.unmount_node_root(other, remove=True)
+
+
+def test_container_view_shows_the_node_root_at_host_and_discards_other_writes(
+    node: tuple[Path, Path], tmp_path: Path
+) -> None:
+    root, state = node
+    volume = tmp_path / "vars"
+    volume.mkdir()
+    (volume / "vars.json").write_text("{}")
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    proc = isolation.run_isolated(
+        root,
+        state,
+        [
+            "sh",
+            "-ec",
+            textwrap.dedent("""\
+            echo node > /host/etc/from-container
+            echo machine > /etc/not-on-the-machine
+            cat /etc/nodewright/vars/vars.json
+            echo done > /dev/termination-log
+            """),
+        ],
+        env=ENV,
+        binds=[
+            isolation.Bind(volume, "/etc/nodewright/vars", read_only=True),
+            isolation.Bind(log, "/dev/termination-log"),
+        ],
+        view=isolation.View.CONTAINER,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out == b"{}"
+    assert (root / "etc/from-container").read_text() == "node\n"
+    assert not Path("/etc/not-on-the-machine").exists()
+    assert not Path("/etc/nodewright").exists() and not Path("/host").exists()
+    assert log.read_text() == "done\n"
+
+
+def test_killing_the_isolated_process_ends_everything_inside(node: tuple[Path, Path]) -> None:
+    root, state = node
+    proc = isolation.run_isolated(
+        root, state, ["sh", "-c", "sleep 300 & sleep 300 & echo started; wait"], env=ENV,
+        view=isolation.View.NODE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"started\n"
+    proc.kill()
+    proc.wait(10)
+    leftover = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, check=False)
+    assert leftover.stdout == b""
