@@ -41,6 +41,10 @@ unit: venv
 ## plan-demo: the offline planner on the shipped examples (no cluster needed)
 plan-demo: venv
 	$(BIN)/nwb plan --offline -f examples/rollouts/gpu-tuning.yaml -p examples/policies/canary.yaml --nodes examples/nodes/fleet-12.yaml
+	@echo; echo "--- the same rollout when gpu-a100-0 fails (failureThreshold 1 stops gpu-a100):"
+	$(BIN)/nwb plan --offline -f examples/rollouts/gpu-tuning.yaml -p examples/policies/canary.yaml --nodes examples/nodes/fleet-12.yaml --fail gpu-a100-0
+	@echo; echo "--- legacy interruptionBudget count 3 on 10 nodes:"
+	$(BIN)/nwb plan --offline -f examples/worked/legacy-count-3.yaml --nodes examples/nodes/fleet-10.yaml
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
