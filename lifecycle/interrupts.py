@@ -1,0 +1,90 @@
+"""Which interrupt a package needs for a cycle, and how interrupts due together on a node merge.
+
+Rules (NodeWright's, reference §2.2 and §3.5):
+- An install or upgrade cycle uses the package's own ``interrupt``.
+- A config cycle (vars or configMap changed) uses the ``configInterrupts`` whose glob matches a
+  changed var name or configMap key; when none matches, that cycle has no interrupt at all, even if
+  the package has one (changing an unrelated key must not reboot the fleet).
+- Packages due on a node together share one interrupt: reboot > restartAllServices > service >
+  noop; equal ``service`` interrupts merge into one with the union of services, sorted. Packages
+  are visited by name; the owner is the first package offering the winning interrupt.
+
+Unlike NodeWright, removed keys count as changed (a removed sysctl is a change too), and the
+changed keys are remembered per node entry, not CR-wide, so a node joining later is not affected by
+another node's config history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from lifecycle.spec import Interrupt, InterruptType, Package
+
+# Lower wins. Reboot subsumes every other kind; restartAllServices subsumes named services.
+PRIORITY: Mapping[InterruptType, int] = {
+    InterruptType.REBOOT: 0,
+    InterruptType.RESTART_ALL_SERVICES: 1,
+    InterruptType.SERVICE: 2,
+    InterruptType.NOOP: 3,
+}
+# Marker for "every key changed" when the applied key digests are unknown (older records).
+ALL_KEYS = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class MergedInterrupt:
+    """The one interrupt run for a group of packages; ``owner`` runs it."""
+
+    type: InterruptType
+    services: tuple[str, ...]
+    owner: str
+
+
+def matched_config_interrupts(package: Package, changed_keys: Iterable[str]) -> list[Interrupt]:
+    """The configInterrupts whose pattern matches a changed key, deduplicated, pattern order."""
+    keys = list(changed_keys)
+    found: list[Interrupt] = []
+    seen: set[tuple[InterruptType, tuple[str, ...]]] = set()
+    for pattern in sorted(package.config_interrupts):
+        if not any(key == ALL_KEYS or fnmatchcase(key, pattern) for key in keys):
+            continue
+        interrupt = package.config_interrupts[pattern]
+        identity = (interrupt.type, tuple(sorted(interrupt.services)))
+        if identity not in seen:
+            seen.add(identity)
+            found.append(interrupt)
+    return found
+
+
+def cycle_interrupts(package: Package, changed_keys: Sequence[str]) -> list[Interrupt]:
+    """Interrupts a cycle of ``package`` needs; ``changed_keys`` empty means install/upgrade."""
+    if changed_keys:
+        return matched_config_interrupts(package, changed_keys)
+    return [package.interrupt] if package.interrupt is not None else []
+
+
+def merge(candidates: Mapping[str, Sequence[Interrupt]]) -> MergedInterrupt | None:
+    """Merge the interrupts of packages due together (``package name -> its interrupts``)."""
+    best: MergedInterrupt | None = None
+    for name in sorted(candidates):
+        for interrupt in candidates[name]:
+            if interrupt.type is InterruptType.REBOOT:
+                return MergedInterrupt(InterruptType.REBOOT, (), name)
+            services = (
+                tuple(sorted(set(interrupt.services)))
+                if interrupt.type is InterruptType.SERVICE
+                else ()
+            )
+            if best is None or PRIORITY[interrupt.type] < PRIORITY[best.type]:
+                best = MergedInterrupt(interrupt.type, services, name)
+            elif interrupt.type is best.type and best.type is InterruptType.SERVICE:
+                union = tuple(sorted(set(best.services) | set(services)))
+                best = MergedInterrupt(best.type, union, best.owner)
+    return best
+
+
+def changed_keys(applied: Mapping[str, str], wanted: Mapping[str, str]) -> list[str]:
+    """Keys added, removed or whose digest differs, sorted."""
+    return sorted(k for k in set(applied) | set(wanted) if applied.get(k) != wanted.get(k))

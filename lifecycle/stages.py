@@ -1,0 +1,1172 @@
+"""The per-node stage planner: for ONE node and ONE NodeWright, what happens next.
+
+Input is a snapshot (the CR, the node's recorded ``PackageState`` map, a few node facts, this CR's
+pods on the node, whether the rollout planner lets the node start new work, and ``now``); output is
+the node's status for the CR and an ordered tuple of idempotent actions (``lifecycle.actions``).
+The function is pure and deterministic, so the controller can call it on every reconcile and
+``nwb plan`` can show what each node would do.
+
+Stage graph (NodeWright's, reference §2.2-§2.8)::
+
+    install:    [cordon, wait, drain] -> apply+config -> [interrupt -> post-interrupt] -> [uncordon]
+    upgrade:    [cordon, wait, drain] -> upgrade+config -> [interrupt -> post-interrupt] -> ...
+    config:     [cordon, wait, drain] -> config -> [interrupt -> post-interrupt] -> ...
+    uninstall:  [cordon, wait, drain] -> uninstall -> [uninstall-interrupt] -> key removed
+
+Brackets apply when the cycle has an interrupt (``lifecycle.interrupts.cycle_interrupts``).
+Consecutive non-interrupt stages run in one pod with their checks (``apply, apply-check, config,
+config-check``); interrupt and post-interrupt get their own pods. Semver decides the cycle for a
+package without an entry at the spec version: an older version installed means upgrade (older keys
+are removed once the upgrade succeeds), only newer ones means a downgrade, done as a fresh apply
+that keeps the newer key as a marker.
+
+Where we differ from NodeWright (ARCHITECTURE.md §5 "beyond"):
+- New work (first install, upgrade, config change, uninstall, a retry after a spec fix) starts only
+  when ``allowed_to_start`` or the node is already in progress for this CR; work in flight goes on.
+- A package starts only when all of its dependencies are complete on this node.
+- Every wait has a deadline: stage pods (incl. image pull) ``timeouts.stage`` from the attempt's
+  start; podNonInterruptLabels wait plus drain ``min(timeouts.drain, spec.drain.timeout)``;
+  interrupts incl. reboot and Ready ``timeouts.interrupt``. A failed or expired pod is retried with
+  exponential back-off up to ``maxAttempts``; then the entry is ``erroring`` with a message. An
+  expired drain is not retried (the PDB or pod will not go away by itself): ``erroring`` at once.
+- An erroring entry stops new work on the node (its rollout slot ends as failed) and no interrupt
+  starts on an erroring node; pods already running finish and are recorded.
+- Cordon is owned: we add this CR as a holder and release only our hold (``Uncordon`` semantics
+  in ``lifecycle.actions``); a node a human cordoned counts as cordoned, so we may drain it.
+- Reboot completion is a new bootID with Ready=True, never pod success alone. The pre-reboot bootID
+  is written to the entries before the interrupt pod is created (``PatchNodeState`` comes first),
+  so a restarted controller finds it and never reboots twice.
+- A package whose cycle has an interrupt never runs a pre-interrupt stage on a node that is not
+  cordoned and drained, and an interrupt starts only on a cordoned, drained, Ready node with no
+  other package pod running.
+- Interrupts of every package due on the node at the same time merge into one pod (one reboot
+  for the lot); packages still on their way to the interrupt are waited for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+
+from lifecycle import durations, interrupts, versions
+from lifecycle.actions import (
+    Action,
+    Cordon,
+    CreateInterruptPod,
+    CreatePackagePod,
+    DeletePod,
+    Drain,
+    EmitEvent,
+    EventType,
+    PatchNodeState,
+    SetNodeStatus,
+    Uncordon,
+    VerifyReboot,
+    WaitForPods,
+)
+from lifecycle.errors import InvalidVersionError
+from lifecycle.nodestate import CordonRecord, PackageState, Stage, StageState, package_key
+from lifecycle.results import AgentResult
+from lifecycle.spec import Interrupt, InterruptType, NodeWright, Package
+from lifecycle.status import Status
+
+# First retry after 30 s, doubling, capped at 10 min: a flapping registry or apt mirror gets a
+# few minutes to recover without a broken role hammering the node.
+BACKOFF_BASE = timedelta(seconds=30)
+BACKOFF_MAX = timedelta(minutes=10)
+# A node annotation holds every entry; a long Ansible message must not crowd it.
+MESSAGE_MAX = 240
+# 64 bits are plenty to notice a change; the hash is stored per entry on the node.
+CONFIG_HASH_CHARS = 16
+KEY_DIGEST_CHARS = 10
+RESOURCE_ID_CHARS = 24
+
+PRE_INTERRUPT = frozenset({Stage.APPLY, Stage.UPGRADE, Stage.CONFIG, Stage.UNINSTALL})
+INTERRUPT_STAGES = frozenset({Stage.INTERRUPT, Stage.UNINSTALL_INTERRUPT})
+_CHAINS: Mapping[Stage, tuple[Stage, ...]] = {
+    Stage.APPLY: (Stage.APPLY, Stage.CONFIG),
+    Stage.UPGRADE: (Stage.UPGRADE, Stage.CONFIG),
+    Stage.CONFIG: (Stage.CONFIG,),
+    Stage.POST_INTERRUPT: (Stage.POST_INTERRUPT,),
+    Stage.UNINSTALL: (Stage.UNINSTALL,),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs and output
+# --------------------------------------------------------------------------------------------
+
+
+class PodPhase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class PodObservation:
+    """One of this CR's pods on the node, as the reconciler read it (labels + status).
+
+    ``stages`` are the stages the pod runs (first = the entry's stage); an interrupt pod has
+    ``("interrupt",)`` or ``("uninstall-interrupt",)`` and belongs to its owner package.
+    """
+
+    name: str
+    package: str
+    version: str
+    stages: tuple[str, ...]
+    attempt: int
+    phase: PodPhase
+    interrupt: bool = False
+    result: AgentResult | None = None
+    waiting_reason: str = ""  # e.g. ImagePullBackOff, for the timeout message
+    deleting: bool = False
+
+    @property
+    def live(self) -> bool:
+        return self.phase in (PodPhase.PENDING, PodPhase.RUNNING, PodPhase.UNKNOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What the planner needs to know about the node, computed for this CR.
+
+    ``pods_to_evict`` counts pods a drain with this CR's drain options must still evict (see
+    ``lifecycle.draining``); ``non_interrupt_pods`` counts Running/Pending pods matching the CR's
+    podNonInterruptLabels; ``foreign_package_pods`` counts other CRs' live package pods.
+    """
+
+    name: str
+    boot_id: str
+    ready: bool = True
+    unschedulable: bool = False
+    cordon: CordonRecord | None = None
+    pods_to_evict: int = 0
+    non_interrupt_pods: int = 0
+    foreign_package_pods: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInput:
+    cr: NodeWright
+    node: NodeFacts
+    state: Mapping[str, PackageState]
+    now: datetime
+    allowed_to_start: bool
+    pods: Sequence[PodObservation] = ()
+    node_order: int = 0
+    previous_status: Status | None = None
+    paused: bool = False
+    disabled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFailure:
+    """A failed attempt or expired wait seen in this reconcile (feeds recentFailures, events)."""
+
+    node: str
+    package: str
+    version: str
+    stage: str
+    task: str
+    message: str
+    time: datetime
+    final: bool  # attempts exhausted or not retryable: the entry is now erroring
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    node: str
+    status: Status
+    reason: str
+    actions: tuple[Action, ...]
+    state: Mapping[str, PackageState]  # the node state once the actions are applied
+    failures: tuple[NodeFailure, ...] = ()
+    requeue_at: datetime | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Hashes and identities
+# --------------------------------------------------------------------------------------------
+
+
+def _stable_json(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def config_hash(package: Package) -> str:
+    """Hash of what a config stage applies: the package's ``vars`` and ``configMap``."""
+    payload = _stable_json({"vars": package.vars, "configMap": package.config_map})
+    return _sha(payload)[:CONFIG_HASH_CHARS]
+
+
+def config_digests(package: Package) -> dict[str, str]:
+    """Per var name / configMap key digest; ``configInterrupts`` globs match these names."""
+    names = set(package.vars) | set(package.config_map)
+    out: dict[str, str] = {}
+    for name in sorted(names):
+        value = {"var": package.vars.get(name), "file": package.config_map.get(name)}
+        out[name] = _sha(_stable_json(value))[:KEY_DIGEST_CHARS]
+    return out
+
+
+def resource_id(cr: NodeWright, package: str, version: str, hash_: str) -> str:
+    """Stable identity of one change (a cycle), handed to the agent to guard interrupts.
+
+    The generation makes a second cycle with identical content (A -> B -> A) a new identity, so
+    the agent's run-once flag of the first cycle does not swallow the second cycle's reboot.
+    """
+    meta = cr.metadata
+    text = "/".join((meta.uid, meta.name, str(meta.generation), package, version, hash_))
+    return _sha(text)[:RESOURCE_ID_CHARS]
+
+
+def chain(stage: Stage) -> tuple[str, ...]:
+    """The stages one pod runs when the entry is at ``stage``: each non-interrupt stage + check."""
+    out: list[str] = []
+    for s in _CHAINS[stage]:
+        out.extend((s.value, f"{s.value}-check"))
+    return tuple(out)
+
+
+def backoff(failed_attempts: int) -> timedelta:
+    """Delay before the attempt after ``failed_attempts`` failures."""
+    delay = BACKOFF_BASE * (1 << min(max(failed_attempts - 1, 0), 16))
+    return min(delay, BACKOFF_MAX)
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> datetime | None:
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _truncate(text: str, limit: int = MESSAGE_MAX) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --------------------------------------------------------------------------------------------
+# The planner
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Work:
+    """Mutable scratch space of one planning call (never escapes it)."""
+
+    inp: NodeInput
+    state: dict[str, PackageState]
+    actions: list[Action] = field(default_factory=list)
+    failures: list[NodeFailure] = field(default_factory=list)
+    wakeups: list[datetime] = field(default_factory=list)
+    live_keys: set[str] = field(default_factory=set)  # keys with a live package pod
+    live_interrupt: dict[str, PodObservation] = field(default_factory=dict)
+    interrupting: bool = False  # an interrupt runs on the node: no new package pods
+    notes: list[str] = field(default_factory=list)
+    started_new: bool = False
+    blocked: bool = False
+    pending_new: bool = False
+
+    @property
+    def now(self) -> datetime:
+        return self.inp.now
+
+    def put(self, key: str, entry: PackageState, **changes: object) -> PackageState:
+        """Store ``entry`` with ``changes``; ``updated`` moves only when something changed."""
+        candidate = entry.model_copy(update=changes)
+        if candidate == entry and self.state.get(key) == entry:
+            return entry
+        updated = candidate.model_copy(update={"updated": rfc3339(self.now)})
+        self.state[key] = updated
+        return updated
+
+
+def plan_node(inp: NodeInput) -> NodePlan:
+    """Plan the next step of one node for one CR (see the module docstring for the rules)."""
+    work = _Work(inp=inp, state=dict(inp.state))
+    if inp.disabled:
+        return _finish(work, Status.DISABLED, "CR is disabled")
+    _observe_pods(work)
+    _drive_interrupts(work)
+    _drive_packages(work)
+    _release_cordon(work)
+    status, reason = _node_status(work)
+    return _finish(work, status, reason)
+
+
+def _finish(work: _Work, status: Status, reason: str) -> NodePlan:
+    inp = work.inp
+    node, cr = inp.node.name, inp.cr.metadata.name
+    changed = {k: v for k, v in work.state.items() if inp.state.get(k) != v}
+    removed = tuple(sorted(k for k in inp.state if k not in work.state))
+    head: list[Action] = []
+    if changed or removed:
+        head.append(PatchNodeState(node=node, cr=cr, set=changed, remove=removed))
+    if status != inp.previous_status:
+        head.append(SetNodeStatus(node=node, cr=cr, status=status))
+    return NodePlan(
+        node=node,
+        status=status,
+        reason=reason,
+        actions=(*head, *work.actions),
+        state=dict(work.state),
+        failures=tuple(work.failures),
+        requeue_at=min(work.wakeups) if work.wakeups else None,
+    )
+
+
+# ---- helpers over the spec ---------------------------------------------------------------
+
+
+def _spec_package(work: _Work, key: str) -> tuple[str, Package] | None:
+    name, _, version = key.partition("|")
+    pkg = work.inp.cr.spec.packages.get(name)
+    if pkg is None or pkg.version != version:
+        return None
+    return name, pkg
+
+
+def _uninstall_requested(pkg: Package) -> bool:
+    return pkg.uninstall.enabled and pkg.uninstall.apply
+
+
+def _entry_interrupts(pkg: Package, entry: PackageState) -> list[Interrupt]:
+    if entry.stage in (Stage.UNINSTALL, Stage.UNINSTALL_INTERRUPT):
+        return [pkg.interrupt] if pkg.interrupt is not None else []
+    return interrupts.cycle_interrupts(pkg, entry.changed_keys)
+
+
+def _is_terminal(pkg: Package, entry: PackageState) -> bool:
+    """The entry finished its cycle (a complete config with no interrupt, or post-interrupt)."""
+    if entry.state is not StageState.COMPLETE:
+        return False
+    if entry.stage is Stage.POST_INTERRUPT:
+        return True
+    return entry.stage is Stage.CONFIG and not _entry_interrupts(pkg, entry)
+
+
+def _converged(work: _Work, name: str, pkg: Package) -> bool:
+    entry = work.state.get(package_key(name, pkg.version))
+    if _uninstall_requested(pkg):
+        return entry is None
+    return entry is not None and _is_terminal(pkg, entry) and entry.config_hash == config_hash(pkg)
+
+
+def _duration(text: str, fallback: timedelta) -> timedelta:
+    try:
+        return durations.parse_duration(text)
+    except ValueError:
+        return fallback
+
+
+def _stage_timeout(pkg: Package) -> timedelta:
+    return _duration(pkg.timeouts.stage, timedelta(minutes=30))
+
+
+def _interrupt_timeout(pkg: Package) -> timedelta:
+    return _duration(pkg.timeouts.interrupt, timedelta(minutes=20))
+
+
+def _drain_timeout(work: _Work, pkg: Package) -> timedelta:
+    own = _duration(pkg.timeouts.drain, timedelta(minutes=30))
+    return min(own, _duration(work.inp.cr.spec.drain.timeout, own))
+
+
+def _wake(work: _Work, moment: datetime) -> None:
+    work.wakeups.append(moment)
+
+
+# ---- 1. pod outcomes -----------------------------------------------------------------------
+
+
+def _pod_matches(entry: PackageState | None, pod: PodObservation) -> bool:
+    if entry is None or not pod.stages or entry.retry_at:
+        return False
+    try:
+        first = Stage(pod.stages[0])
+    except ValueError:
+        return False
+    if pod.interrupt != (first in INTERRUPT_STAGES):
+        return False
+    return (
+        entry.stage is first
+        and entry.state is StageState.IN_PROGRESS
+        and entry.attempts == pod.attempt
+    )
+
+
+def _observe_pods(work: _Work) -> None:
+    inp = work.inp
+    for pod in sorted(inp.pods, key=lambda p: p.name):
+        key = package_key(pod.package, pod.version)
+        entry = work.state.get(key)
+        if pod.deleting:
+            if pod.live and _pod_matches(entry, pod):
+                work.live_keys.add(key)
+            continue
+        if not _pod_matches(entry, pod):
+            reason = "finished and recorded" if not pod.live else "no longer wanted"
+            work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason=reason))
+            continue
+        assert entry is not None
+        if pod.interrupt:
+            work.live_interrupt[key] = pod
+            continue
+        spec = _spec_package(work, key)
+        timeout = _stage_timeout(spec[1]) if spec else timedelta(minutes=30)
+        started = parse_time(entry.started) or inp.now
+        failure = pod.result.failure if pod.result is not None else None
+        if pod.phase is PodPhase.SUCCEEDED and failure is None:
+            _advance(work, key, entry, pod)
+            work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="succeeded"))
+        elif pod.phase is PodPhase.FAILED or pod.phase is PodPhase.SUCCEEDED:
+            stage = failure.stage if failure is not None else entry.stage.value
+            task = failure.task if failure is not None else ""
+            message = failure.message if failure is not None else _pod_failure_text(pod)
+            _fail_attempt(work, key, stage, task, message)
+            work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="failed"))
+        elif inp.now >= started + timeout:
+            why = f" ({pod.waiting_reason})" if pod.waiting_reason else ""
+            message = f"pod did not finish within {_fmt_duration(timeout)}{why}"
+            _fail_attempt(work, key, entry.stage.value, "", message)
+            work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="deadline"))
+        else:
+            work.live_keys.add(key)
+            _wake(work, started + timeout)
+
+
+def _fmt_duration(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60}m"
+    return f"{seconds}s"
+
+
+def _pod_failure_text(pod: PodObservation) -> str:
+    if pod.result is not None and pod.result.unparseable:
+        return f"pod failed without a readable result: {pod.result.raw}"
+    return "pod failed without a result"
+
+
+def _advance(work: _Work, key: str, entry: PackageState, pod: PodObservation) -> None:
+    """A package pod succeeded: its whole chain is complete."""
+    last = Stage(pod.stages[0])
+    for name in pod.stages:
+        if not name.endswith("-check"):
+            try:
+                last = Stage(name)
+            except ValueError:
+                continue
+    done = {"attempts": 0, "retry_at": "", "message": "", "started": rfc3339(work.now)}
+    if last is Stage.UNINSTALL:
+        spec = _spec_package(work, key)
+        if spec is not None and spec[1].interrupt is not None:
+            work.put(key, entry, stage=Stage.UNINSTALL, state=StageState.COMPLETE, **done)
+        else:
+            del work.state[key]
+        return
+    if Stage.CONFIG.value in pod.stages or Stage.UPGRADE.value in pod.stages:
+        _drop_older_versions(work, pod.package, pod.version)
+    work.put(key, entry, stage=last, state=StageState.COMPLETE, **done)
+
+
+def _drop_older_versions(work: _Work, name: str, version: str) -> None:
+    """An upgrade finished: older versions' entries are replaced (newer ones stay as markers)."""
+    for key in list(work.state):
+        other_name, _, other_version = key.partition("|")
+        if other_name != name or other_version == version:
+            continue
+        try:
+            change = versions.direction(other_version, version)
+        except InvalidVersionError:
+            continue
+        if change is versions.VersionChange.UPGRADE:
+            del work.state[key]
+
+
+def _fail_attempt(work: _Work, key: str, stage: str, task: str, message: str) -> None:
+    """Record a failed attempt: retry after back-off, or ``erroring`` once attempts run out."""
+    entry = work.state[key]
+    base = stage.removesuffix("-check")
+    try:
+        failed_stage = Stage(base)
+    except ValueError:
+        failed_stage = entry.stage
+    if entry.stage in INTERRUPT_STAGES or failed_stage in INTERRUPT_STAGES:
+        failed_stage = entry.stage
+    spec = _spec_package(work, key)
+    max_attempts = spec[1].max_attempts if spec is not None else 1
+    final = entry.attempts >= max_attempts
+    text = _truncate(message or "failed")
+    if final:
+        work.put(key, entry, stage=failed_stage, state=StageState.ERRORING, message=text)
+    else:
+        retry = work.now + backoff(entry.attempts)
+        work.put(key, entry, stage=failed_stage, retry_at=rfc3339(retry), message=text)
+        _wake(work, retry)
+    _record_failure(work, key, stage, task, text, final=final)
+
+
+def _record_failure(
+    work: _Work, key: str, stage: str, task: str, message: str, *, final: bool
+) -> None:
+    name, _, version = key.partition("|")
+    node = work.inp.node.name
+    work.failures.append(
+        NodeFailure(node, name, version, stage, task, message, work.now, final=final)
+    )
+    what = f"{name} {version} {stage}" + (f" task {task!r}" if task else "")
+    tail = "giving up" if final else "will retry"
+    work.actions.append(
+        EmitEvent(
+            kind="Node",
+            name=node,
+            reason="PackageFailed" if final else "PackageRetry",
+            message=_truncate(f"{what}: {message} ({tail})", 1000),
+            type=EventType.WARNING,
+        )
+    )
+
+
+# ---- 2. interrupts -------------------------------------------------------------------------
+
+
+def _spec_items(work: _Work) -> list[tuple[str, Package, str]]:
+    return [
+        (name, pkg, package_key(name, pkg.version))
+        for name, pkg in sorted(work.inp.cr.spec.packages.items())
+    ]
+
+
+def _node_erroring(work: _Work) -> bool:
+    return any(
+        (e := work.state.get(key)) is not None and e.state is StageState.ERRORING
+        for _, _, key in _spec_items(work)
+    )
+
+
+def _due_for_interrupt(pkg: Package, entry: PackageState) -> bool:
+    if entry.stage in INTERRUPT_STAGES and entry.state is StageState.SKIPPED:
+        return True
+    if entry.state is not StageState.COMPLETE:
+        return False
+    if entry.stage is Stage.UNINSTALL:
+        return True
+    return entry.stage is Stage.CONFIG and bool(_entry_interrupts(pkg, entry))
+
+
+def _on_way_to_interrupt(work: _Work, pkg: Package, key: str, entry: PackageState) -> bool:
+    """Pre-interrupt work of an interrupt cycle still running: the group waits for it."""
+    if entry.stage not in PRE_INTERRUPT or not _entry_interrupts(pkg, entry):
+        return False
+    return entry.state is StageState.IN_PROGRESS or key in work.live_keys
+
+
+def _owner(work: _Work) -> tuple[str, PackageState] | None:
+    for _, _, key in _spec_items(work):
+        entry = work.state.get(key)
+        if (
+            entry is not None
+            and entry.stage in INTERRUPT_STAGES
+            and entry.state is StageState.IN_PROGRESS
+        ):
+            return key, entry
+    return None
+
+
+def _members(work: _Work) -> list[str]:
+    return [
+        key
+        for _, _, key in _spec_items(work)
+        if (e := work.state.get(key)) is not None
+        and e.stage in INTERRUPT_STAGES
+        and e.state in (StageState.SKIPPED, StageState.IN_PROGRESS)
+    ]
+
+
+def _group_id(work: _Work, keys: Sequence[str]) -> str:
+    return _sha(",".join(sorted(work.state[k].resource_id for k in keys)))[:RESOURCE_ID_CHARS]
+
+
+def _drive_interrupts(work: _Work) -> None:
+    owner = _owner(work)
+    if owner is not None:
+        _drive_running_interrupt(work, *owner)
+        return
+    if work.inp.paused or _node_erroring(work):
+        return
+    due: dict[str, tuple[str, Package, PackageState]] = {}
+    for name, pkg, key in _spec_items(work):
+        entry = work.state.get(key)
+        if entry is None:
+            continue
+        if _on_way_to_interrupt(work, pkg, key, entry):
+            work.notes.append(f"interrupt waits for {name}")
+            return
+        if _due_for_interrupt(pkg, entry):
+            due[key] = (name, pkg, entry)
+    if not due:
+        return
+    candidates = {name: _entry_interrupts(pkg, entry) for name, pkg, entry in due.values()}
+    merged = interrupts.merge(candidates)
+    if merged is None:
+        _skip_interrupt(work, due)
+        return
+    facts = work.inp.node
+    busy = len(work.live_keys) + facts.foreign_package_pods
+    if not facts.ready or busy:
+        work.notes.append("interrupt waits for the node to be Ready and idle")
+        return
+    if not _prepare(work, [key for key in due]):
+        return
+    owner_key = next(k for k, (name, _, _) in due.items() if name == merged.owner)
+    now_text = rfc3339(work.now)
+    for key, (_, _, entry) in due.items():
+        stage = Stage.UNINSTALL_INTERRUPT if entry.stage is Stage.UNINSTALL else entry.stage
+        if stage is Stage.CONFIG:
+            stage = Stage.INTERRUPT
+        common = {"stage": stage, "boot_id": facts.boot_id, "retry_at": "", "message": ""}
+        if key == owner_key:
+            work.put(
+                key,
+                entry,
+                state=StageState.IN_PROGRESS,
+                attempts=1,
+                started=now_text,
+                interrupt=merged.type.value,
+                **common,
+            )
+        else:
+            work.put(key, entry, state=StageState.SKIPPED, attempts=0, interrupt="", **common)
+    _create_interrupt_pod(work, owner_key, merged.type, merged.services)
+
+
+def _skip_interrupt(work: _Work, due: Mapping[str, tuple[str, Package, PackageState]]) -> None:
+    """Due entries whose interrupt vanished from the spec: nothing to run, move on."""
+    for key, (_, _, entry) in due.items():
+        if entry.stage is Stage.UNINSTALL or entry.stage is Stage.UNINSTALL_INTERRUPT:
+            del work.state[key]
+        else:
+            work.put(key, entry, stage=Stage.INTERRUPT, state=StageState.COMPLETE)
+
+
+def _create_interrupt_pod(
+    work: _Work, owner_key: str, kind: InterruptType, services: tuple[str, ...]
+) -> None:
+    inp = work.inp
+    entry = work.state[owner_key]
+    name, _, version = owner_key.partition("|")
+    pkg = inp.cr.spec.packages[name]
+    members = _members(work)
+    deadline = (parse_time(entry.started) or inp.now) + _interrupt_timeout(pkg)
+    work.actions.append(
+        CreateInterruptPod(
+            node=inp.node.name,
+            cr=inp.cr.metadata.name,
+            package=name,
+            version=version,
+            stage=entry.stage,
+            interrupt_type=kind,
+            services=services,
+            members=tuple(k.partition("|")[0] for k in members),
+            resource_id=_group_id(work, members),
+            node_order=inp.node_order,
+            attempt=entry.attempts,
+            deadline=deadline,
+        )
+    )
+    work.started_new = True
+    _wake(work, deadline)
+
+
+def _drive_running_interrupt(work: _Work, key: str, entry: PackageState) -> None:
+    inp = work.inp
+    facts = inp.node
+    name = key.partition("|")[0]
+    pkg = inp.cr.spec.packages[name]
+    retry_at = parse_time(entry.retry_at)
+    if retry_at is not None:
+        if inp.now < retry_at:
+            _wake(work, retry_at)
+            return
+        if inp.paused or not facts.ready or not _prepare(work, [key]):
+            return
+        entry = work.put(
+            key,
+            entry,
+            attempts=entry.attempts + 1,
+            retry_at="",
+            started=rfc3339(inp.now),
+            boot_id=facts.boot_id,
+        )
+        for member in _members(work):
+            if member != key:
+                work.put(member, work.state[member], boot_id=facts.boot_id)
+        _create_interrupt_pod(
+            work, key, InterruptType(entry.interrupt or InterruptType.NOOP), _services(work)
+        )
+        return
+    pod = work.live_interrupt.get(key)
+    started = parse_time(entry.started) or inp.now
+    deadline = started + _interrupt_timeout(pkg)
+    rebooted = bool(entry.boot_id) and facts.boot_id != entry.boot_id
+    failure = pod.result.failure if pod is not None and pod.result is not None else None
+    if entry.interrupt == InterruptType.REBOOT.value:
+        done = rebooted and facts.ready
+        failed = pod is not None and pod.phase is PodPhase.FAILED and not rebooted
+    else:
+        done = (
+            pod is not None and pod.phase is PodPhase.SUCCEEDED and failure is None and facts.ready
+        )
+        failed = pod is not None and (
+            pod.phase is PodPhase.FAILED
+            or (pod.phase is PodPhase.SUCCEEDED and failure is not None)
+        )
+    if done:
+        _complete_interrupt(work, pod)
+        return
+    if failed:
+        assert pod is not None
+        message = failure.message if failure is not None else _pod_failure_text(pod)
+        _fail_attempt(work, key, entry.stage.value, "", message)
+        work.actions.append(DeletePod(name=pod.name, node=facts.name, reason="failed"))
+        return
+    if inp.now >= deadline:
+        if entry.interrupt == InterruptType.REBOOT.value:
+            message = (
+                f"node did not come back with a new bootID and Ready within "
+                f"{_fmt_duration(_interrupt_timeout(pkg))}"
+            )
+        else:
+            message = f"interrupt did not finish within {_fmt_duration(_interrupt_timeout(pkg))}"
+        _fail_attempt(work, key, entry.stage.value, "", message)
+        if pod is not None:
+            work.actions.append(DeletePod(name=pod.name, node=facts.name, reason="deadline"))
+        return
+    _wake(work, deadline)
+    if entry.interrupt == InterruptType.REBOOT.value and (
+        pod is None or pod.phase is PodPhase.SUCCEEDED or rebooted
+    ):
+        work.actions.append(
+            VerifyReboot(node=facts.name, old_boot_id=entry.boot_id or "", deadline=deadline)
+        )
+    if pod is None and not rebooted and not inp.paused:
+        # Recorded but no pod: the controller stopped between the patch and the create, or the
+        # pod was removed. The agent's per-resource flag makes the re-created pod a no-op if it
+        # already ran; a new bootID (checked above) is what counts for a reboot.
+        _create_interrupt_pod(
+            work, key, InterruptType(entry.interrupt or InterruptType.NOOP), _services(work)
+        )
+
+
+def _services(work: _Work) -> tuple[str, ...]:
+    candidates: dict[str, list[Interrupt]] = {}
+    for key in _members(work):
+        spec = _spec_package(work, key)
+        if spec is not None:
+            candidates[spec[0]] = _entry_interrupts(spec[1], work.state[key])
+    merged = interrupts.merge(candidates)
+    return merged.services if merged is not None else ()
+
+
+def _complete_interrupt(work: _Work, pod: PodObservation | None) -> None:
+    for key in _members(work):
+        entry = work.state[key]
+        if entry.stage is Stage.UNINSTALL_INTERRUPT:
+            del work.state[key]
+        else:
+            work.put(
+                key,
+                entry,
+                stage=Stage.INTERRUPT,
+                state=StageState.COMPLETE,
+                attempts=0,
+                retry_at="",
+            )
+    if pod is not None:
+        work.actions.append(DeletePod(name=pod.name, node=work.inp.node.name, reason="succeeded"))
+
+
+# ---- 3. packages ---------------------------------------------------------------------------
+
+
+def _prepare(work: _Work, keys: Sequence[str]) -> bool:
+    """Cordon, wait for podNonInterruptLabels pods, drain. True once the node is ready."""
+    inp = work.inp
+    facts = inp.node
+    cr = inp.cr.metadata.name
+    holders = facts.cordon.holders if facts.cordon is not None else []
+    if cr not in holders or not facts.unschedulable:
+        was = facts.unschedulable if facts.cordon is None else facts.cordon.was_unschedulable
+        work.actions.append(Cordon(node=facts.name, holder=cr, was_unschedulable=was))
+    if not facts.unschedulable:
+        work.notes.append("cordoning")
+        return False
+    if facts.pods_to_evict == 0 and facts.non_interrupt_pods == 0:
+        return True
+    anchors: list[datetime] = []
+    for key in keys:
+        entry = work.state[key]
+        spec = _spec_package(work, key)
+        if spec is None:
+            continue
+        start = max(
+            (t for t in (parse_time(entry.started), parse_time(entry.retry_at)) if t),
+            default=inp.now,
+        )
+        anchors.append(start + _drain_timeout(work, spec[1]))
+    deadline = min(anchors, default=inp.now + timedelta(minutes=30))
+    if inp.now >= deadline:
+        if facts.non_interrupt_pods:
+            why = f"{facts.non_interrupt_pods} podNonInterruptLabels pod(s) still running"
+            stage = "wait"
+        else:
+            why = f"drain did not finish: {facts.pods_to_evict} pod(s) still to evict"
+            stage = "drain"
+        for key in keys:
+            entry = work.state[key]
+            work.put(key, entry, state=StageState.ERRORING, message=_truncate(why))
+            _record_failure(work, key, stage, "", why, final=True)
+        return False
+    _wake(work, deadline)
+    if facts.non_interrupt_pods:
+        selector = inp.cr.spec.pod_non_interrupt_labels
+        assert selector is not None  # the reconciler counts such pods only for a selector
+        work.actions.append(WaitForPods(node=facts.name, selector=selector, deadline=deadline))
+        work.notes.append("waiting for podNonInterruptLabels pods")
+    else:
+        work.actions.append(
+            Drain(node=facts.name, cr=cr, deadline=deadline, options=inp.cr.spec.drain)
+        )
+        work.notes.append(f"draining ({facts.pods_to_evict} pod(s) to evict)")
+    return False
+
+
+def _previous_version(work: _Work, name: str, version: str) -> tuple[Stage, str]:
+    """Cycle stage for a package without an entry at ``version`` and the version it replaces."""
+    others: list[str] = []
+    for key in work.state:
+        other_name, _, other_version = key.partition("|")
+        if other_name == name and other_version != version:
+            others.append(other_version)
+    lower: list[str] = []
+    higher: list[str] = []
+    for other in others:
+        try:
+            change = versions.direction(other, version)
+        except InvalidVersionError:
+            continue
+        if change is versions.VersionChange.UPGRADE:
+            lower.append(other)
+        elif change is versions.VersionChange.DOWNGRADE:
+            higher.append(other)
+    if lower:
+        return Stage.UPGRADE, _max_version(lower)
+    if higher:
+        return Stage.APPLY, _max_version(higher)
+    return Stage.APPLY, ""
+
+
+def _max_version(candidates: Sequence[str]) -> str:
+    best = candidates[0]
+    for other in candidates[1:]:
+        if versions.compare(other, best) > 0:
+            best = other
+    return best
+
+
+def _node_started(work: _Work) -> bool:
+    return work.inp.previous_status is Status.IN_PROGRESS or _entries_in_flight(work)
+
+
+def _entries_in_flight(work: _Work) -> bool:
+    return any(
+        (e := work.state.get(key)) is not None
+        and e.state in (StageState.IN_PROGRESS, StageState.SKIPPED)
+        for _, _, key in _spec_items(work)
+    )
+
+
+def _drive_packages(work: _Work) -> None:
+    inp = work.inp
+    erroring = _node_erroring(work)
+    work.interrupting = _owner(work) is not None
+    may_start = not inp.paused and (inp.allowed_to_start or (_node_started(work) and not erroring))
+    for name, pkg, key in _spec_items(work):
+        entry = work.state.get(key)
+        other_live = any(k.partition("|")[0] == name and k != key for k in work.live_keys)
+        if key in work.live_keys or other_live:
+            continue
+        if _uninstall_requested(pkg):
+            _drive_uninstall(work, name, pkg, key, entry, may_start=may_start)
+            continue
+        if entry is not None and entry.stage is Stage.UNINSTALL:
+            entry = _cancel_uninstall(work, pkg, key, entry)
+        if entry is None:
+            _start(work, name, pkg, key, may_start=may_start, kind="install")
+        elif entry.state is StageState.COMPLETE:
+            _after_complete(work, name, pkg, key, entry, may_start=may_start)
+        elif entry.state is StageState.IN_PROGRESS and entry.stage not in INTERRUPT_STAGES:
+            _continue(work, name, pkg, key, entry)
+        elif entry.state is StageState.ERRORING and entry.config_hash != config_hash(pkg):
+            _start(work, name, pkg, key, may_start=may_start, kind="retry")
+
+
+def _deps_ready(work: _Work, name: str, pkg: Package) -> bool:
+    packages = work.inp.cr.spec.packages
+    for dep in sorted(pkg.depends_on):
+        dep_pkg = packages.get(dep)
+        if dep_pkg is None or _uninstall_requested(dep_pkg):
+            work.blocked = True
+            work.notes.append(f"{name} depends on {dep}, which is not installable")
+            return False
+        if not _converged(work, dep, dep_pkg):
+            return False
+    return True
+
+
+def _start(work: _Work, name: str, pkg: Package, key: str, *, may_start: bool, kind: str) -> None:
+    """Open a new cycle for ``key`` (install, upgrade, downgrade, config, uninstall, retry)."""
+    work.pending_new = True
+    if kind != "uninstall" and not _deps_ready(work, name, pkg):
+        return
+    if not may_start:
+        return
+    inp = work.inp
+    entry = work.state.get(key)
+    hash_ = config_hash(pkg)
+    base = {
+        "state": StageState.IN_PROGRESS,
+        "attempts": 0,
+        "retry_at": "",
+        "message": "",
+        "started": rfc3339(inp.now),
+        "resource_id": resource_id(inp.cr, name, pkg.version, hash_),
+        "boot_id": None,
+        "interrupt": "",
+    }
+    if kind == "install":
+        stage, _ = _previous_version(work, name, pkg.version)
+        entry = work.put(key, PackageState(stage=stage, state=StageState.IN_PROGRESS), **base)
+    elif kind == "config":
+        assert entry is not None
+        changed = interrupts.changed_keys(entry.config_keys, config_digests(pkg))
+        entry = work.put(
+            key,
+            entry,
+            stage=Stage.CONFIG,
+            changed_keys=changed or [interrupts.ALL_KEYS],
+            **base,
+        )
+    elif kind == "uninstall":
+        assert entry is not None
+        entry = work.put(key, entry, stage=Stage.UNINSTALL, changed_keys=[], **base)
+    else:  # retry an erroring entry after a spec fix, from the stage that failed
+        assert entry is not None
+        entry = work.put(key, entry, **base)
+    work.started_new = True
+    _continue(work, name, pkg, key, entry)
+
+
+def _after_complete(
+    work: _Work, name: str, pkg: Package, key: str, entry: PackageState, *, may_start: bool
+) -> None:
+    if _is_terminal(pkg, entry):
+        if entry.config_hash != config_hash(pkg):
+            _start(work, name, pkg, key, may_start=may_start, kind="config")
+        return
+    if entry.stage in (Stage.APPLY, Stage.UPGRADE):
+        nxt = Stage.CONFIG
+    elif entry.stage is Stage.INTERRUPT:
+        nxt = Stage.POST_INTERRUPT
+    else:
+        return  # config or uninstall waiting for its interrupt (see _drive_interrupts)
+    entry = work.put(
+        key,
+        entry,
+        stage=nxt,
+        state=StageState.IN_PROGRESS,
+        attempts=0,
+        retry_at="",
+        started=rfc3339(work.now),
+    )
+    _continue(work, name, pkg, key, entry)
+
+
+def _continue(work: _Work, name: str, pkg: Package, key: str, entry: PackageState) -> None:
+    """Keep an in-progress entry moving: wait for back-off, prepare the node, create its pod."""
+    inp = work.inp
+    retry_at = parse_time(entry.retry_at)
+    if retry_at is not None and inp.now < retry_at:
+        _wake(work, retry_at)
+        return
+    started = parse_time(entry.started) or inp.now
+    if entry.attempts and retry_at is None:
+        # A pod for this attempt was asked for but is gone (never created, or deleted by hand).
+        timeout = _stage_timeout(pkg)
+        if inp.now >= started + timeout:
+            message = f"pod did not finish within {_fmt_duration(timeout)} (pod missing)"
+            _fail_attempt(work, key, entry.stage.value, "", message)
+            return
+    if inp.paused:
+        return
+    if work.interrupting:
+        work.notes.append(f"{name} waits for the running interrupt")
+        return
+    needs_prep = entry.stage in PRE_INTERRUPT and bool(_entry_interrupts(pkg, entry))
+    if needs_prep and not _prepare(work, [key]):
+        return
+    if not inp.node.ready:
+        work.notes.append("waiting for the node to be Ready")
+        return
+    attempt = entry.attempts if entry.attempts and retry_at is None else entry.attempts + 1
+    hash_ = config_hash(pkg)
+    digests = config_digests(pkg)
+    changed = entry.changed_keys
+    if changed:  # a config cycle: keys changed since the cycle opened are part of it too
+        changed = sorted(set(changed) | set(interrupts.changed_keys(entry.config_keys, digests)))
+    if attempt != entry.attempts or entry.retry_at:
+        started = inp.now
+    entry = work.put(
+        key,
+        entry,
+        attempts=attempt,
+        retry_at="",
+        started=rfc3339(started),
+        config_hash=hash_,
+        config_keys=digests,
+        changed_keys=changed,
+    )
+    _, previous = _previous_version(work, name, pkg.version)
+    deadline = started + _stage_timeout(pkg)
+    work.actions.append(
+        CreatePackagePod(
+            node=inp.node.name,
+            cr=inp.cr.metadata.name,
+            package=name,
+            version=pkg.version,
+            stages=chain(entry.stage),
+            resource_id=entry.resource_id,
+            node_order=inp.node_order,
+            attempt=attempt,
+            config_hash=hash_,
+            deadline=deadline,
+            previous_version=previous,
+        )
+    )
+    work.live_keys.add(key)
+    _wake(work, deadline)
+
+
+def _drive_uninstall(
+    work: _Work, name: str, pkg: Package, key: str, entry: PackageState | None, *, may_start: bool
+) -> None:
+    if entry is None:
+        return
+    if entry.stage in INTERRUPT_STAGES or (
+        entry.stage is Stage.UNINSTALL and entry.state is StageState.COMPLETE
+    ):
+        return  # handled with the interrupts
+    if entry.stage is Stage.UNINSTALL and entry.state is StageState.IN_PROGRESS:
+        _continue(work, name, pkg, key, entry)
+        return
+    if entry.stage is Stage.UNINSTALL and entry.state is StageState.ERRORING:
+        return
+    _start(work, name, pkg, key, may_start=may_start, kind="uninstall")
+
+
+def _cancel_uninstall(
+    work: _Work, pkg: Package, key: str, entry: PackageState
+) -> PackageState | None:
+    """``uninstall.apply`` went back to false while the uninstall had not finished."""
+    if entry.state is StageState.COMPLETE:
+        return entry  # uninstalled already, only the interrupt is left: it finishes
+    if entry.attempts == 0 and not entry.retry_at and entry.state is StageState.IN_PROGRESS:
+        terminal = Stage.POST_INTERRUPT if _entry_interrupts(pkg, entry) else Stage.CONFIG
+        # Never ran: the package is still installed exactly as before.
+        return work.put(
+            key,
+            entry,
+            stage=terminal,
+            state=StageState.COMPLETE,
+            changed_keys=[],
+            message="",
+        )
+    del work.state[key]  # partly uninstalled: install again from scratch
+    return None
+
+
+# ---- 4. cordon release and status ----------------------------------------------------------
+
+
+def _needs_cordon(work: _Work) -> bool:
+    """Some interrupt cycle of this CR is open on the node (erroring ones keep the cordon)."""
+    for _, pkg, key in _spec_items(work):
+        entry = work.state.get(key)
+        if entry is None:
+            continue
+        if entry.stage in INTERRUPT_STAGES:
+            return True
+        if entry.stage is Stage.POST_INTERRUPT:
+            if entry.state is not StageState.COMPLETE:
+                return True
+        elif _entry_interrupts(pkg, entry) and not _is_terminal(pkg, entry):
+            return True
+    return False
+
+
+def _release_cordon(work: _Work) -> None:
+    facts = work.inp.node
+    cr = work.inp.cr.metadata.name
+    if facts.cordon is None or cr not in facts.cordon.holders:
+        return
+    if any(isinstance(a, Cordon) for a in work.actions) or _needs_cordon(work):
+        return
+    work.actions.append(Uncordon(node=facts.name, holder=cr))
+
+
+def _node_status(work: _Work) -> tuple[Status, str]:
+    inp = work.inp
+    pending = [name for name, pkg, _ in _spec_items(work) if not _converged(work, name, pkg)]
+    if not pending:
+        return Status.COMPLETE, "all packages complete"
+    if inp.paused:
+        return Status.PAUSED, "CR is paused"
+    if _node_erroring(work):
+        errs = [
+            f"{name}: {e.message}"
+            for name, _, key in _spec_items(work)
+            if (e := work.state.get(key)) is not None and e.state is StageState.ERRORING
+        ]
+        return Status.ERRORING, _truncate("; ".join(errs), 500)
+    active = bool(work.live_keys) or work.started_new or _entries_in_flight(work)
+    if work.blocked and not active:
+        return Status.BLOCKED, _truncate("; ".join(work.notes), 500)
+    if active or _node_started(work):
+        note = "; ".join(work.notes) if work.notes else f"working on {', '.join(pending)}"
+        return Status.IN_PROGRESS, _truncate(note, 500)
+    if work.blocked:
+        return Status.BLOCKED, _truncate("; ".join(work.notes), 500)
+    if work.pending_new and not inp.allowed_to_start:
+        return Status.WAITING, "waiting for the rollout to reach this node"
+    return Status.WAITING, f"waiting: {', '.join(pending)}"
