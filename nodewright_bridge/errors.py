@@ -192,10 +192,17 @@ class ApiExceptionLike(Protocol):
     """What we read from ``kubernetes.client.exceptions.ApiException`` (duck-typed on purpose,
     so this module does not import the client)."""
 
-    status: int | None
-    reason: str | None
-    body: str | bytes | None
-    headers: Mapping[str, str] | None
+    @property
+    def status(self) -> int | None: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+    @property
+    def body(self) -> str | bytes | None: ...
+
+    @property
+    def headers(self) -> Mapping[str, str] | None: ...
 
 
 def from_api_exception(exc: ApiExceptionLike, *, eviction: bool = False) -> ApiError:
@@ -210,14 +217,27 @@ def from_api_exception(exc: ApiExceptionLike, *, eviction: bool = False) -> ApiE
     Returns:
         The error to raise, with ``from exc`` at the call site.
     """
-    status_code = int(exc.status or 0)
-    body = _parse_status(exc.body)
-    reason = str(body.get("reason") or exc.reason or "")
-    message = str(body.get("message") or exc.reason or f"HTTP {status_code}")
+    return from_http(
+        int(exc.status or 0), exc.reason or "", exc.body, exc.headers, eviction=eviction
+    )
+
+
+def from_http(
+    status_code: int,
+    http_reason: str,
+    raw_body: str | bytes | None,
+    headers: Mapping[str, str] | None,
+    *,
+    eviction: bool = False,
+) -> ApiError:
+    """Classify an error response (status, reason phrase, ``Status`` body, headers)."""
+    body = _parse_status(raw_body)
+    reason = str(body.get("reason") or http_reason or "")
+    message = str(body.get("message") or http_reason or f"HTTP {status_code}")
     details = body.get("details")
     details = details if isinstance(details, dict) else {}
     causes = _parse_causes(details.get("causes"))
-    retry_after = _retry_after(exc.headers, details.get("retryAfterSeconds"))
+    retry_after = _retry_after(headers, details.get("retryAfterSeconds"))
 
     def make(cls: type[ApiError]) -> ApiError:
         return cls(
@@ -251,16 +271,13 @@ def from_transport_error(exc: BaseException) -> UnreachableError:
 
 def from_status_object(status: Mapping[str, object]) -> ApiError:
     """Classify a ``Status`` delivered inside a watch stream (``{"type": "ERROR"}`` events)."""
-
-    class _Carrier:
-        def __init__(self) -> None:
-            code = status.get("code")
-            self.status: int | None = code if isinstance(code, int) else 500
-            self.reason: str | None = str(status.get("reason") or "")
-            self.body: str | bytes | None = json.dumps(dict(status))
-            self.headers: Mapping[str, str] | None = None
-
-    return from_api_exception(_Carrier())
+    code = status.get("code")
+    return from_http(
+        code if isinstance(code, int) else 500,
+        str(status.get("reason") or ""),
+        json.dumps(dict(status)),
+        None,
+    )
 
 
 def _truncate(text: str) -> str:

@@ -62,7 +62,7 @@ class ExponentialBackoff:
             self._failures[key] = count + 1
         if count >= 64:  # 2**64 * base overflows any sane cap; skip the float arithmetic
             return self._max
-        return min(self._base * (2**count), self._max)
+        return min(self._base * float(2**count), self._max)
 
     def forget(self, key: str) -> None:
         with self._lock:

@@ -1,0 +1,136 @@
+"""An informer's in-memory cache: objects by key, plus secondary indexes.
+
+Why indexes: the reconciler asks "which pods run on node X" and "which pods carry label L" for
+thousands of nodes per pass. Scanning every pod each time is O(pods x nodes); an index answers in
+O(result). Indexers are functions ``object -> index values`` evaluated on every write.
+
+Guarantees / caveats:
+- Thread-safe: one writer (the informer thread), any number of readers.
+- Objects handed out are the stored ``dict`` itself, not a copy (copies of a 5,000-node cache on
+  every read would dominate CPU). **Treat them as read-only.** The informer replaces objects, it
+  never mutates one in place, so a reader's reference stays consistent.
+- Keys are ``namespace/name`` for namespaced objects and ``name`` for cluster-scoped ones.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+JsonObject = dict[str, Any]
+Indexer = Callable[[JsonObject], Iterable[str]]
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    """``namespace/name``, or ``name`` for cluster-scoped objects."""
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    name = str(meta.get("name", ""))
+    return f"{namespace}/{name}" if namespace else name
+
+
+def by_node_name(obj: JsonObject) -> Iterable[str]:
+    """Index pods by ``spec.nodeName`` (unscheduled pods are not indexed)."""
+    node = (obj.get("spec") or {}).get("nodeName")
+    return (node,) if node else ()
+
+
+def by_label(label: str) -> Indexer:
+    """Index objects by the value of ``label`` (objects without it are not indexed)."""
+
+    def index(obj: JsonObject) -> Iterable[str]:
+        value = ((obj.get("metadata") or {}).get("labels") or {}).get(label)
+        return (value,) if value is not None else ()
+
+    return index
+
+
+def by_namespace(obj: JsonObject) -> Iterable[str]:
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    return (namespace,) if namespace else ()
+
+
+class Store:
+    """Objects by key with named secondary indexes."""
+
+    def __init__(self, indexers: Mapping[str, Indexer] | None = None) -> None:
+        self._lock = threading.RLock()
+        self._items: dict[str, JsonObject] = {}
+        self._indexers: dict[str, Indexer] = dict(indexers or {})
+        # index name -> index value -> keys
+        self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+        # index name -> key -> the values the key was indexed under (for removal)
+        self._indexed: dict[str, dict[str, tuple[str, ...]]] = {n: {} for n in self._indexers}
+
+    # -- readers -----------------------------------------------------------------------------
+
+    def get(self, key: str) -> JsonObject | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def values(self) -> list[JsonObject]:
+        with self._lock:
+            return list(self._items.values())
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._items)
+
+    def by_index(self, index: str, value: str) -> list[JsonObject]:
+        """Objects whose indexer ``index`` produced ``value``.
+
+        Raises:
+            KeyError: No indexer of that name.
+        """
+        with self._lock:
+            keys = self._indices[index].get(value, ())
+            return [self._items[k] for k in keys]
+
+    def index_values(self, index: str) -> list[str]:
+        with self._lock:
+            return [v for v, keys in self._indices[index].items() if keys]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._items
+
+    # -- the writer (the informer) -----------------------------------------------------------
+
+    def put(self, key: str, obj: JsonObject) -> JsonObject | None:
+        """Insert or replace; returns the previous object."""
+        with self._lock:
+            old = self._items.get(key)
+            self._items[key] = obj
+            self._reindex(key, obj)
+            return old
+
+    def delete(self, key: str) -> JsonObject | None:
+        """Remove; returns the removed object (None if it was not there)."""
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._reindex(key, None)
+            return old
+
+    def _reindex(self, key: str, obj: JsonObject | None) -> None:
+        for name, indexer in self._indexers.items():
+            previous = self._indexed[name].pop(key, ())
+            index = self._indices[name]
+            for value in previous:
+                keys = index.get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del index[value]
+            if obj is None:
+                continue
+            values = tuple(indexer(obj))
+            if values:
+                self._indexed[name][key] = values
+                for value in values:
+                    index.setdefault(value, set()).add(key)
