@@ -254,7 +254,8 @@ def run_isolated(
         env: the command's complete environment.
         binds: extra files/directories to show at given paths (applied in path order).
         view: what ``/`` is for the command (``View``).
-        host_root_at: ``View.CONTAINER`` only: where the node root appears.
+        host_root_at: ``View.CONTAINER`` only: where the node root appears ("" = nowhere;
+            a ``Bind(root, path)`` in ``binds`` works too).
         network: share the machine's network namespace or get a private, loopback-only one.
         hostname: the command's host name (own UTS namespace); default: the node root's
             ``/etc/hostname``.
@@ -474,7 +475,8 @@ def _build(spec: dict[str, object]) -> None:
         _mount("overlay", merged, "overlay", 0, f"lowerdir=/,upperdir={upper},workdir={work}")
         _setup_system_dirs(merged, state)
         _mount("tmpfs", _inside(merged, "tmp"), "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
-        _bind(root, _inside(merged, str(spec["host_root_at"])), recursive=True)
+        if spec["host_root_at"]:
+            _bind(root, _inside(merged, str(spec["host_root_at"])), recursive=True)
         _apply_binds(merged, binds)
         _pivot(merged)
 
