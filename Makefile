@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup system-deps venv control-plane lint test unit integration demo plan-demo clean
+.PHONY: setup system-deps venv control-plane lint test unit collection demo plan-demo clean
 
 ## setup: system packages, the Python venv and the cached control plane (idempotent)
 setup: system-deps venv control-plane
@@ -31,9 +31,18 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## test: everything CI runs (lint + unit + integration + e2e)
-test: lint
+## test: everything CI runs (lint + collection sanity + unit + integration + e2e)
+test: lint collection
 	$(BIN)/pytest -q
+
+COLLECTION := collections/ansible_collections/nodewright/bridge
+## collection: ansible-test sanity (no ignore entries) and the Galaxy artifact in dist/
+collection: venv
+	@# ansible-test bootstraps pip in its venvs from a host we cannot reach; use the stdlib's pip.
+	@mkdir -p $(HOME)/.ansible/test/cache
+	@cp scripts/ansible-test-get-pip.py $(HOME)/.ansible/test/cache/get_pip_24_2.py
+	cd $(COLLECTION) && $(abspath $(BIN))/ansible-test sanity --python 3.11 --local
+	$(BIN)/ansible-galaxy collection build --force --output-path dist $(COLLECTION)
 
 unit: venv
 	$(BIN)/pytest -q tests/unit

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: nodewright-bridge contributors
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Connection options shared by every module; same names as kubernetes.core uses."""
 
 from __future__ import absolute_import, division, print_function

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: nodewright-bridge contributors
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """API access for the modules: connection options, client construction, CR get/apply/delete.
 
 The modules speak only the CRD contract (group bridge.nodewright.io, version v1alpha1); they do

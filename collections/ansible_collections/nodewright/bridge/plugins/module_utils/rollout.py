@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: nodewright-bridge contributors
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Pure logic of the modules: build CR bodies from module arguments and read rollout status.
 
 Kept free of I/O so it is unit-tested without a cluster; the modules only glue it to the API.
@@ -24,10 +24,8 @@ def camel(name):
     """snake_case -> camelCase; already-camel names pass through unchanged."""
     if name in _CAMEL_EXCEPTIONS:
         return _CAMEL_EXCEPTIONS[name]
-    head, _, rest = name.partition("_")
-    if not rest:
-        return name
-    return head + "".join(part[:1].upper() + part[1:] for part in rest.split("_"))
+    parts = name.split("_")
+    return parts[0] + "".join(part[:1].upper() + part[1:] for part in parts[1:])
 
 
 # Keys whose values are user data (label keys, var names, file names): never renamed.

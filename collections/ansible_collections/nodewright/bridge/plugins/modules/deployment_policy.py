@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: nodewright-bridge contributors
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import absolute_import, division, print_function
 
@@ -32,8 +32,9 @@ options:
     default: present
   default:
     description:
-      - Budget and strategy for nodes that match no compartment, e.g.
-        C({budget: {percent: 25}, strategy: {exponential: {initial_batch: 1, growth_factor: 2}}}).
+      - Budget and strategy for nodes that match no compartment, with keys C(budget) (C(percent) or
+        C(count)) and C(strategy) (one of C(fixed), C(linear), C(exponential) with C(initial_batch),
+        C(batch_threshold), C(failure_threshold), C(safety_limit), C(delta), C(growth_factor)).
     type: dict
   compartments:
     description:

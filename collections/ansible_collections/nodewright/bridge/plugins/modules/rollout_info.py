@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: nodewright-bridge contributors
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import absolute_import, division, print_function
 
@@ -12,9 +12,9 @@ module: rollout_info
 short_description: Read the status of NodeWright rollouts, per compartment and per node
 version_added: 0.1.0
 description:
-  - Returns the status of one NodeWright rollout (or all of them): aggregate status, conditions,
-    compartments with their batch state, recent failures, and the per-node status and package
-    states read from the Nodes, where the controller keeps the per-node truth.
+  - Returns the status of one NodeWright rollout, or of all of them. That is the aggregate status,
+    conditions, compartments with their batch state, recent failures, and the per-node status and
+    package states read from the Nodes, where the controller keeps the per-node truth.
 author:
   - nodewright-bridge maintainers (@nodewright)
 extends_documentation_fragment:

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: nodewright-bridge contributors
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Argument handling and status reading of the rollout modules (pure, no cluster)."""
 
 from __future__ import absolute_import, division, print_function
@@ -94,10 +94,10 @@ def test_ready_for_the_current_generation_finishes_the_wait():
 
 
 def test_ready_for_an_old_generation_keeps_waiting():
-    finished, _, _ = logic.rollout_outcome(
+    outcome = logic.rollout_outcome(
         cr([{"type": "Ready", "status": "True"}], generation=3, observed=2)
     )
-    assert not finished
+    assert outcome[0] is False
 
 
 def test_a_stalled_or_degraded_rollout_fails_with_the_controllers_message():
