@@ -194,6 +194,17 @@ def import_rootfs(engine: Engine, rootfs: Path, image: str) -> str:
     return image_id(engine, image)
 
 
+def ensure_rootfs_image(engine: Engine, rootfs: Path, image: str) -> str:
+    """Import ``rootfs`` as ``image`` unless that tag exists already; return the image id.
+
+    Callers put the rootfs cache key in the tag, so a cached base keeps its id and the agent
+    base built on it stays cached too.
+    """
+    if engine.image_exists(image):
+        return image_id(engine, image)
+    return import_rootfs(engine, rootfs, image)
+
+
 def image_id(engine: Engine, image: str) -> str:
     """The local image id of ``image``."""
     if engine.name == "buildah":
@@ -287,7 +298,8 @@ FROM ${{BASE_IMAGE}}
 ENV LANG=C.UTF-8 LC_ALL=C.UTF-8
 RUN --mount=type=bind,source=wheels,target=/tmp/nwb-wheels \\
     python3 -m venv --without-pip {AGENT_PREFIX} \\
- && {AGENT_PREFIX}/bin/python /tmp/nwb-wheels/pip-*.whl/pip install --quiet --no-index \\
+ && pip_wheel="$(ls /tmp/nwb-wheels/pip-*.whl)" \\
+ && {AGENT_PREFIX}/bin/python "$pip_wheel/pip" install --quiet --no-index \\
       --no-cache-dir --disable-pip-version-check --find-links /tmp/nwb-wheels {reqs} \\
  && {AGENT_PREFIX}/bin/python -c "{pth}" \\
  && mkdir -p {AGENT_PREFIX}/agent {PACKAGE_ROOT}

@@ -1,0 +1,1023 @@
+"""Turn an Ansible playbook into NodeWright CRs and DeploymentPolicies (``nwb import playbook``).
+
+Why: teams already encode their rollout intent in playbooks — which groups, which roles in which
+order, ``serial`` canaries and ``max_fail_percentage``. Importing keeps that intent instead of
+asking people to re-type it, and says out loud what it could not carry over (a node-side package
+cannot ``delegate_to`` a load balancer) instead of dropping it.
+
+One play becomes one NodeWright and one DeploymentPolicy of the same name:
+
+============================  ================================================================
+play                          NodeWright / DeploymentPolicy
+============================  ================================================================
+``hosts`` (groups)            ``spec.nodeSelectors`` via ``--group-label GROUP=LABELSEL``;
+                              ``a:&b`` merges selectors, ``a:!b`` negates a single-label ``b``,
+                              a union ``a,b`` works when both select values of one label key.
+``roles`` (in order)          ``spec.packages``: each depends on the previous one (``dependsOn``);
+                              name/version/interrupt from the role's ``nodewright-package.yaml``,
+                              else what ``nwb package init`` would detect, else
+                              ``--default-version``; image ``<image-prefix>/<name>``.
+group_vars, play ``vars``,    every package's ``vars`` (later wins: group vars by Ansible's
+``vars_files``, role ``vars``  group precedence, then play vars, vars_files, the role entry's vars).
+                              A group var whose value differs between targeted hosts cannot be
+                              one CR value and is reported. ``ansible_*`` connection vars are
+                              dropped (the agent connects to its node itself).
+``serial``                    budget = the last entry (count or percent: Ansible repeats it);
+                              strategy from the entries before it, percents resolved against the
+                              inventory's host count: one size -> fixed; growing -> the better fit
+                              of linear (constant delta) and exponential (integer factor), ties to
+                              exponential because Ansible jumps to the last size as soon as the
+                              list ends. No ``serial`` -> 100 % (Ansible runs all hosts at once).
+``max_fail_percentage``       ``batchThreshold = 100 - max_fail_percentage`` (min 1) and
+                              ``failureThreshold: 1`` (Ansible aborts the play).
+``any_errors_fatal``          ``batchThreshold: 100``, ``failureThreshold: 1``.
+(neither)                     ``batchThreshold: 1``, ``failureThreshold: 1``: Ansible stops only
+                              when every host of a batch failed.
+always                        ``safetyLimit: 100`` (Ansible judges every batch, late ones too).
+============================  ================================================================
+
+Not translated, and reported with ``file:line``: tasks outside roles (``pre_tasks``, ``tasks``,
+``post_tasks``), play ``handlers``, ``delegate_to`` / ``run_once`` / ``local_action`` (in the play
+or inside a role's task files), ``when`` / ``tags`` on roles, ``strategy`` other than linear,
+host_vars, vault-encrypted values, and any play keyword not listed above.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lifecycle.errors import SpecError
+from lifecycle.spec import LabelSelector, LabelSelectorRequirement, SelectorOperator
+from lifecycle.validation import load_nodewright, load_policy
+from playbook_adapter import introspection
+from playbook_adapter.errors import BadInputError, PackageError
+from playbook_adapter.manifest import MANIFEST_FILE, load_manifest
+
+API_VERSION = "bridge.nodewright.io/v1alpha1"
+DEFAULT_IMAGE_PREFIX = "localhost/nodewright"
+MAX_CR_NAME = 50
+_PACKAGE_NAME = re.compile(r"^[a-z][-a-z0-9]*[a-z]$")
+# Play keywords that are translated (or harmless on a node) and so never reported.
+_HANDLED_PLAY_KEYS = frozenset(
+    {
+        "name",
+        "hosts",
+        "roles",
+        "vars",
+        "vars_files",
+        "serial",
+        "max_fail_percentage",
+        "any_errors_fatal",
+        "gather_facts",
+        "collections",
+        "become",
+        "strategy",
+        "become_user",
+        "become_method",
+    }
+)
+_TASK_SECTIONS = ("pre_tasks", "tasks", "post_tasks", "handlers")
+_NODE_LOCAL_KEYS = ("delegate_to", "run_once", "local_action", "delegate_facts")
+
+
+class PlaybookImportError(BadInputError):
+    """The playbook, inventory or mapping cannot be imported (exit 2, one line per problem)."""
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something that was not translated; ``where`` is ``file:line`` when known."""
+
+    where: str
+    message: str
+    untranslated: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}" if self.where else self.message
+
+
+@dataclass
+class ImportResult:
+    """The generated documents (policy then CR, per play, as wire dicts) and the notes."""
+
+    documents: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """How groups map to labels and where package images and roles are found."""
+
+    group_labels: Mapping[str, LabelSelector]
+    image_prefix: str = DEFAULT_IMAGE_PREFIX
+    default_version: str | None = None
+    roles_paths: tuple[Path, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------
+# YAML with line numbers
+# --------------------------------------------------------------------------------------------
+
+
+class _LineDict(dict[str, Any]):
+    line = 0
+
+
+class _LineList(list[Any]):
+    line = 0
+
+
+@dataclass(frozen=True)
+class _Tagged:
+    """A value under an Ansible-specific tag we cannot evaluate (``!vault``, custom tags)."""
+
+    tag: str
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that remembers the line of every mapping and sequence."""
+
+
+def _construct_map(loader: _Loader, node: yaml.MappingNode) -> Iterator[_LineDict]:
+    data = _LineDict()
+    data.line = node.start_mark.line + 1
+    yield data
+    data.update({str(k): v for k, v in loader.construct_mapping(node).items()})
+
+
+def _construct_seq(loader: _Loader, node: yaml.SequenceNode) -> Iterator[_LineList]:
+    data = _LineList()
+    data.line = node.start_mark.line + 1
+    yield data
+    data.extend(loader.construct_sequence(node))
+
+
+def _construct_unsafe(loader: _Loader, node: yaml.Node) -> object:
+    if isinstance(node, yaml.ScalarNode):
+        return loader.construct_scalar(node)
+    return _Tagged(node.tag)
+
+
+def _construct_other(loader: _Loader, suffix: str, node: yaml.Node) -> _Tagged:
+    return _Tagged("!" + suffix)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+_Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
+_Loader.add_constructor("!unsafe", _construct_unsafe)
+_Loader.add_multi_constructor("!", _construct_other)
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlaybookImportError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        return yaml.load(text, Loader=_Loader)  # _Loader derives from SafeLoader
+    except yaml.YAMLError as exc:
+        raise PlaybookImportError(f"{path}: not valid YAML: {exc}") from exc
+
+
+def _line(value: object) -> int:
+    return int(getattr(value, "line", 0))
+
+
+def _plain(value: Any) -> Any:
+    """Deep copy into plain JSON types (drops line bookkeeping and ansible's str subclasses)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return str(value)
+
+
+def _has_tagged(value: Any) -> bool:
+    if isinstance(value, _Tagged):
+        return True
+    if isinstance(value, Mapping):
+        return any(_has_tagged(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_tagged(v) for v in value)
+    return False
+
+
+# --------------------------------------------------------------------------------------------
+# Label selectors: `k=v,k2 in (a,b),!k3`
+# --------------------------------------------------------------------------------------------
+
+_SET_EXPR = re.compile(r"^([^\s!=(),]+)\s+(in|notin)\s+\(([^)]*)\)$")
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current).strip())
+    return parts
+
+
+def parse_label_selector(text: str) -> LabelSelector:
+    """Parse kubectl's selector syntax into a LabelSelector.
+
+    Raises:
+        ValueError: naming the requirement that does not parse.
+    """
+    labels: dict[str, str] = {}
+    expressions: list[LabelSelectorRequirement] = []
+    if not text.strip():
+        raise ValueError("empty selector")
+    for part in _split_top_level(text):
+        set_match = _SET_EXPR.match(part)
+        if set_match:
+            key, op, raw = set_match.groups()
+            values = [v.strip() for v in raw.split(",") if v.strip()]
+            if not values:
+                raise ValueError(f"{part!r}: empty value list")
+            operator = SelectorOperator.IN if op == "in" else SelectorOperator.NOT_IN
+            expressions.append(LabelSelectorRequirement(key=key, operator=operator, values=values))
+        elif "!=" in part:
+            key, value = (s.strip() for s in part.split("!=", 1))
+            expressions.append(
+                LabelSelectorRequirement(key=key, operator=SelectorOperator.NOT_IN, values=[value])
+            )
+        elif "=" in part:
+            key, value = (s.strip() for s in part.replace("==", "=").split("=", 1))
+            if not key or labels.get(key, value) != value:
+                raise ValueError(f"{part!r}: missing key or conflicting value")
+            labels[key] = value
+        elif re.fullmatch(r"!\s*[^\s!=(),]+", part):
+            key = part[1:].strip()
+            expressions.append(
+                LabelSelectorRequirement(key=key, operator=SelectorOperator.DOES_NOT_EXIST)
+            )
+        elif re.fullmatch(r"[^\s!=(),]+", part):
+            expressions.append(LabelSelectorRequirement(key=part, operator=SelectorOperator.EXISTS))
+        else:
+            raise ValueError(f"{part!r}: not a label requirement (k=v, k!=v, k in (a,b), k, !k)")
+    return LabelSelector(match_labels=labels, match_expressions=expressions)
+
+
+def parse_group_labels(pairs: Sequence[str]) -> dict[str, LabelSelector]:
+    """``GROUP=LABELSEL`` options into a mapping.
+
+    Raises:
+        PlaybookImportError: one problem per malformed option.
+    """
+    mapping: dict[str, LabelSelector] = {}
+    problems = []
+    for pair in pairs:
+        group, sep, selector = pair.partition("=")
+        if not sep or not group.strip():
+            problems.append(f"--group-label {pair!r}: expected GROUP=LABELSELECTOR")
+            continue
+        try:
+            mapping[group.strip()] = parse_label_selector(selector)
+        except ValueError as exc:
+            problems.append(f"--group-label {group.strip()}: {exc}")
+    if problems:
+        raise PlaybookImportError("invalid --group-label", problems)
+    return mapping
+
+
+def _merge_selectors(selectors: Sequence[LabelSelector]) -> LabelSelector | None:
+    """AND of selectors; None when two of them pin one key to different values."""
+    labels: dict[str, str] = {}
+    expressions: list[LabelSelectorRequirement] = []
+    for selector in selectors:
+        for key, value in selector.match_labels.items():
+            if labels.get(key, value) != value:
+                return None
+            labels[key] = value
+        expressions += [e for e in selector.match_expressions if e not in expressions]
+    return LabelSelector(match_labels=labels, match_expressions=expressions)
+
+
+def _negate(selector: LabelSelector) -> LabelSelector | None:
+    """NOT of a selector with exactly one requirement, else None."""
+    if len(selector.match_labels) == 1 and not selector.match_expressions:
+        ((key, value),) = selector.match_labels.items()
+        return LabelSelector(
+            match_expressions=[
+                LabelSelectorRequirement(key=key, operator=SelectorOperator.NOT_IN, values=[value])
+            ]
+        )
+    if len(selector.match_expressions) == 1 and not selector.match_labels:
+        req = selector.match_expressions[0]
+        opposite = {
+            SelectorOperator.IN: SelectorOperator.NOT_IN,
+            SelectorOperator.NOT_IN: SelectorOperator.IN,
+            SelectorOperator.EXISTS: SelectorOperator.DOES_NOT_EXIST,
+            SelectorOperator.DOES_NOT_EXIST: SelectorOperator.EXISTS,
+        }[req.operator]
+        return LabelSelector(
+            match_expressions=[
+                LabelSelectorRequirement(key=req.key, operator=opposite, values=req.values)
+            ]
+        )
+    return None
+
+
+def _union(selectors: Sequence[LabelSelector]) -> LabelSelector | None:
+    """OR of selectors when each pins the same single key (``k=a`` | ``k in (b,c)``), else None."""
+    key: str | None = None
+    values: list[str] = []
+    for selector in selectors:
+        if len(selector.match_labels) == 1 and not selector.match_expressions:
+            ((k, v),) = selector.match_labels.items()
+            vs = [v]
+        elif (
+            len(selector.match_expressions) == 1
+            and not selector.match_labels
+            and selector.match_expressions[0].operator == SelectorOperator.IN
+        ):
+            k, vs = selector.match_expressions[0].key, list(selector.match_expressions[0].values)
+        else:
+            return None
+        if key not in (None, k):
+            return None
+        key = k
+        values += [v for v in vs if v not in values]
+    if key is None:
+        return None
+    return LabelSelector(
+        match_expressions=[
+            LabelSelectorRequirement(key=key, operator=SelectorOperator.IN, values=values)
+        ]
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Inventory and group vars
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Inventory:
+    """Groups, hosts and inline vars read through Ansible's own inventory parser."""
+
+    groups: dict[str, Any]
+    manager: Any
+    dirs: list[Path]
+
+    def hosts(self, pattern: str) -> list[Any]:
+        return list(self.manager.get_hosts(pattern=pattern))
+
+
+def _load_inventory(path: Path | None, playbook_dir: Path) -> _Inventory:
+    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415 - heavy, lazy
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+
+    sources = [str(path)] if path is not None else []
+    if path is not None and not path.exists():
+        raise PlaybookImportError(f"--inventory {path}: no such file or directory")
+    manager = InventoryManager(loader=DataLoader(), sources=sources)
+    if path is not None and not manager.hosts and set(manager.groups) <= {"all", "ungrouped"}:
+        raise PlaybookImportError(f"--inventory {path}: no groups or hosts could be parsed")
+    dirs = [playbook_dir]
+    if path is not None:
+        inv_dir = path if path.is_dir() else path.parent
+        dirs.insert(0, inv_dir.resolve())
+    unique_dirs = list(dict.fromkeys(d.resolve() for d in dirs))
+    return _Inventory(groups=dict(manager.groups), manager=manager, dirs=unique_dirs)
+
+
+def _vars_files_in(directory: Path, name: str) -> list[Path]:
+    """Ansible's group_vars/host_vars lookup: ``name``, ``name.yml|yaml|json`` or ``name/*``."""
+    found: list[Path] = []
+    for candidate in (
+        directory / name,
+        directory / f"{name}.yml",
+        directory / f"{name}.yaml",
+        directory / f"{name}.json",
+    ):
+        if candidate.is_file():
+            found.append(candidate)
+        elif candidate.is_dir():
+            found += sorted(
+                p
+                for p in candidate.rglob("*")
+                if p.is_file() and p.suffix in ("", ".yml", ".yaml", ".json")
+            )
+    return found
+
+
+def _read_vars_file(path: Path, notes: list[Note]) -> dict[str, Any]:
+    text_head = path.read_bytes()[:20]
+    if text_head.startswith(b"$ANSIBLE_VAULT"):
+        notes.append(Note(str(path), "vault-encrypted vars file skipped; use secretVars"))
+        return {}
+    data = _load_yaml(path)
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise PlaybookImportError(f"{path}: a vars file must be a mapping")
+    return dict(data)
+
+
+def _group_order(group: Any) -> tuple[int, int, str]:
+    return (int(group.depth), int(group.priority), str(group.name))
+
+
+def _host_group_vars(
+    inventory: _Inventory, groups: Sequence[Any], notes: list[Note], cache: dict[Path, Any]
+) -> dict[str, Any]:
+    """Ansible's precedence for one host's groups: inline group vars (all groups), then
+    ``group_vars/all`` (inventory dir, playbook dir), then ``group_vars/<group>`` by depth."""
+
+    def files(group_name: str) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for directory in inventory.dirs:
+            for path in _vars_files_in(directory / "group_vars", group_name):
+                if path not in cache:
+                    cache[path] = _read_vars_file(path, notes)
+                merged.update(cache[path])
+        return merged
+
+    ordered = sorted(groups, key=_group_order)
+    merged: dict[str, Any] = {}
+    for group in ordered:
+        merged.update(group.get_vars())
+    merged.update(files("all"))
+    for group in ordered:
+        if group.name != "all":
+            merged.update(files(group.name))
+    return merged
+
+
+# --------------------------------------------------------------------------------------------
+# serial / max_fail_percentage -> strategy
+# --------------------------------------------------------------------------------------------
+
+
+def _serial_entries(serial: Any) -> list[int | str]:
+    """Normalise ``serial`` to a list of counts (int) and percents (``"20%"``)."""
+    raw = serial if isinstance(serial, list) else [serial]
+    entries: list[int | str] = []
+    for item in raw:
+        if isinstance(item, bool):
+            raise ValueError(f"serial entry {item!r} is not a number or percent")
+        if isinstance(item, int):
+            entries.append(item if item > 0 else "100%")
+            continue
+        text = str(item).strip()
+        if re.fullmatch(r"\d+(\.\d+)?%", text):
+            percent = float(text[:-1])
+            entries.append(f"{min(100, int(percent)) if percent > 0 else 100}%")
+        elif text.isdigit():
+            entries.append(int(text) if int(text) > 0 else "100%")
+        else:
+            raise ValueError(f"serial entry {item!r} is not a number or percent")
+    return entries or ["100%"]
+
+
+def _resolve(entry: int | str, host_count: int) -> int:
+    # Ansible's pct_to_int: floor of the percentage of the play's hosts, at least 1.
+    if isinstance(entry, int):
+        return entry
+    return max(1, int(int(entry[:-1]) / 100.0 * host_count))
+
+
+@dataclass(frozen=True)
+class StrategyFit:
+    """A DeploymentPolicy ``default`` (budget + strategy) and how it was derived."""
+
+    budget: dict[str, int]
+    kind: str
+    params: dict[str, int]
+    explanation: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"budget": self.budget, "strategy": {self.kind: self.params}}
+
+
+def fit_strategy(
+    serial: Any,
+    *,
+    host_count: int,
+    max_fail_percentage: float | None = None,
+    any_errors_fatal: bool = False,
+) -> StrategyFit:
+    """Map ``serial`` / ``max_fail_percentage`` / ``any_errors_fatal`` to budget and strategy
+    (the table in this module's docstring).
+
+    Raises:
+        ValueError: an entry of ``serial`` is neither a number nor a percent.
+    """
+    entries = _serial_entries(serial if serial is not None else "100%")
+    count_base = host_count if host_count > 0 else 100
+    sizes = [max(1, _resolve(e, count_base)) for e in entries]
+    last = entries[-1]
+    budget = {"percent": int(last[:-1])} if isinstance(last, str) else {"count": int(last)}
+
+    kind, params, shape = "fixed", {"initialBatch": sizes[0]}, f"fixed batches of {sizes[0]}"
+    # Fit the growth on the longest non-decreasing prefix: a trailing percent that resolves
+    # below the previous count (a small inventory) is still the ceiling, not a shrink.
+    prefix = [sizes[0]]
+    for size in sizes[1:]:
+        if size < prefix[-1]:
+            break
+        prefix.append(size)
+    if len(prefix) > 1 and prefix[-1] > prefix[0]:
+        steps = len(prefix) - 1
+        delta = max(1, round((prefix[-1] - prefix[0]) / steps))
+        factor = max(2, round((prefix[-1] / prefix[0]) ** (1 / steps)))
+        linear = [prefix[0] + delta * i for i in range(len(prefix))]
+        exponential = [prefix[0] * factor**i for i in range(len(prefix))]
+        linear_error = sum(abs(p - s) for p, s in zip(linear, prefix, strict=True))
+        exp_error = sum(abs(p - s) for p, s in zip(exponential, prefix, strict=True))
+        if linear_error < exp_error:
+            kind, params = "linear", {"initialBatch": sizes[0], "delta": delta}
+            shape = f"linear from {sizes[0]} by +{delta}"
+            error = linear_error
+        else:
+            kind, params = "exponential", {"initialBatch": sizes[0], "growthFactor": factor}
+            shape = f"exponential from {sizes[0]} by x{factor}"
+            error = exp_error
+        if error:
+            shape += f" (approximates {prefix})"
+    elif len(set(prefix)) == 1 and len(set(sizes)) > 1 and sizes[-1] < sizes[0]:
+        shape += f" (serial {sizes} shrinks; the ceiling caps batches at the last size)"
+
+    if any_errors_fatal:
+        batch_threshold, why = 100, "any_errors_fatal: one failed node stops the rollout"
+    elif max_fail_percentage is not None:
+        batch_threshold = max(1, min(100, 100 - math.floor(float(max_fail_percentage))))
+        why = f"max_fail_percentage {max_fail_percentage}: a batch fails below {batch_threshold}%"
+    else:
+        batch_threshold, why = 1, "Ansible default: stop only when a whole batch failed"
+    params = {**params, "batchThreshold": batch_threshold, "failureThreshold": 1}
+    params["safetyLimit"] = 100
+    percents = [e for e in entries if isinstance(e, str)]
+    resolved = (
+        f"; percents resolved against {count_base} hosts"
+        + (" (no inventory hosts: assumed 100)" if host_count <= 0 else "")
+        if percents and len(entries) > 1
+        else ""
+    )
+    explanation = f"{shape}, ceiling {budget}{resolved}; {why}"
+    return StrategyFit(budget=budget, kind=kind, params=params, explanation=explanation)
+
+
+# --------------------------------------------------------------------------------------------
+# Plays
+# --------------------------------------------------------------------------------------------
+
+
+def _slug(text: str, limit: int) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return slug[:limit].strip("-")
+
+
+@dataclass
+class _Context:
+    options: ImportOptions
+    inventory: _Inventory
+    result: ImportResult
+    names: set[str] = field(default_factory=set)
+    vars_cache: dict[Path, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def note(self, path: Path, line: int, message: str, *, untranslated: bool = True) -> None:
+        shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+        where = f"{shown}:{line}" if line else str(shown)
+        self.result.notes.append(Note(where, message, untranslated))
+
+
+def _hosts_pattern(hosts: Any) -> list[str]:
+    if isinstance(hosts, list):
+        return [str(h).strip() for h in hosts]
+    return [p.strip() for p in re.split(r"[,:]", str(hosts)) if p.strip()] if hosts else []
+
+
+def _selector_for(ctx: _Context, hosts: Any, where: str) -> tuple[LabelSelector | None, list[str]]:
+    """The node selector of a ``hosts:`` pattern and the inventory groups it names."""
+    parts = _hosts_pattern(hosts)
+    included, intersected, excluded = [], [], []
+    for part in parts:
+        if part.startswith("&"):
+            intersected.append(part[1:])
+        elif part.startswith("!"):
+            excluded.append(part[1:])
+        else:
+            included.append(part)
+    names = [*included, *intersected, *excluded]
+    mapping = ctx.options.group_labels
+    unmapped = [n for n in names if n not in mapping and n not in ("all", "*")]
+    if unmapped:
+        for name in unmapped:
+            kind = "group" if name in ctx.inventory.groups else "hosts entry"
+            ctx.problems.append(
+                f"{where}: {kind} {name!r} has no --group-label mapping "
+                f"(add --group-label {name}=LABEL=VALUE)"
+            )
+        return None, names
+    if any(re.search(r"[*?\[{]", n) for n in names if n != "*"):
+        ctx.problems.append(f"{where}: hosts pattern {hosts!r} uses wildcards or templates")
+        return None, names
+
+    def sel(name: str) -> LabelSelector:
+        return mapping.get(name, LabelSelector())
+
+    union = (
+        sel(included[0])
+        if len(included) == 1
+        else (LabelSelector() if "all" in included else _union([sel(n) for n in included]))
+    )
+    if union is None:
+        ctx.problems.append(
+            f"{where}: hosts {hosts!r} is a union of groups whose selectors differ in more than "
+            "one label value; map them to values of one label key or split the play"
+        )
+        return None, names
+    negated = [_negate(sel(n)) for n in excluded]
+    if any(n is None for n in negated):
+        ctx.problems.append(
+            f"{where}: cannot exclude a group whose selector has more than one requirement"
+        )
+        return None, names
+    merged = _merge_selectors([union, *[sel(n) for n in intersected], *[n for n in negated if n]])
+    if merged is None:
+        ctx.problems.append(f"{where}: hosts {hosts!r} selects no node (contradicting labels)")
+    return merged, names
+
+
+def _find_role(ctx: _Context, name: str, playbook_dir: Path) -> Path | None:
+    if name.count(".") >= 2:
+        namespace, collection, role = name.split(".", 2)
+        for root in introspection.collection_roots():
+            candidate = root / "ansible_collections" / namespace / collection / "roles" / role
+            if candidate.is_dir():
+                return candidate
+        return None
+    search = [playbook_dir / "roles", *ctx.options.roles_paths, playbook_dir]
+    for root in search:
+        if (root / name).is_dir():
+            return root / name
+    return None
+
+
+@dataclass(frozen=True)
+class _RoleInfo:
+    name: str
+    version: str
+    interrupt: dict[str, Any] | None
+
+
+def _role_info(ctx: _Context, role: str, role_dir: Path | None, where: str) -> _RoleInfo | None:
+    default_name = _slug(role.rsplit(".", 1)[-1].replace("_", "-"), 43)
+    if role_dir is not None and (role_dir / MANIFEST_FILE).is_file():
+        try:
+            manifest = load_manifest(role_dir)
+        except PackageError as exc:
+            ctx.problems += [f"{where}: role {role}: {p}" for p in exc.problems]
+            return None
+        interrupt = manifest.interrupt.to_wire() if manifest.interrupt else None
+        return _RoleInfo(manifest.name, manifest.version, interrupt)
+    if role_dir is not None:
+        try:
+            manifest = introspection.introspect_role(role_dir, version=ctx.options.default_version)
+            interrupt = manifest.interrupt.to_wire() if manifest.interrupt else None
+            return _RoleInfo(manifest.name, manifest.version, interrupt)
+        except PackageError:
+            pass
+    if ctx.options.default_version:
+        return _RoleInfo(default_name, ctx.options.default_version, None)
+    found = "found but has no version" if role_dir else "not found"
+    ctx.problems.append(
+        f"{where}: role {role!r} {found}; run `nwb package init` on it or pass --default-version"
+    )
+    return None
+
+
+def _scan_tasks(
+    ctx: _Context, tasks: Any, path: Path, section: str, *, report_each: bool = True
+) -> None:
+    """Report node-local keywords (delegate_to, run_once, ...) in a task list, blocks included."""
+    if not isinstance(tasks, list):
+        return
+    for task in tasks:
+        if not isinstance(task, Mapping):
+            continue
+        label = task.get("name") or next((k for k in task if k not in ("when", "tags")), "task")
+        for key in _NODE_LOCAL_KEYS:
+            if key in task and report_each:
+                detail = f" {task[key]}" if key == "delegate_to" else ""
+                ctx.note(
+                    path,
+                    _line(task),
+                    f"{section}: task {label!r} uses {key}{detail}; a package runs on its own "
+                    "node only — not translated",
+                )
+        for nested in ("block", "rescue", "always"):
+            _scan_tasks(ctx, task.get(nested), path, section, report_each=report_each)
+
+
+def _scan_role(ctx: _Context, role_dir: Path) -> None:
+    tasks_dir = role_dir / "tasks"
+    if not tasks_dir.is_dir():
+        return
+    for path in sorted(tasks_dir.rglob("*.y*ml")):
+        try:
+            tasks = _load_yaml(path)
+        except PlaybookImportError:
+            continue
+        _scan_tasks(ctx, tasks, path, f"role {role_dir.name}")
+
+
+def _clean_vars(ctx: _Context, values: Mapping[str, Any], path: Path, line: int) -> dict[str, Any]:
+    cleaned: dict[str, Any] = {}
+    for key, value in values.items():
+        if str(key).startswith("ansible_"):
+            ctx.note(path, line, f"var {key}: connection variable dropped (the agent connects)")
+        elif _has_tagged(value):
+            ctx.note(path, line, f"var {key}: vault/custom-tagged value; move it to secretVars")
+        else:
+            cleaned[str(key)] = _plain(value)
+    return cleaned
+
+
+def _play_group_vars(
+    ctx: _Context, names: Sequence[str], pattern: str, path: Path, line: int
+) -> dict[str, Any]:
+    inventory = ctx.inventory
+    hosts = inventory.hosts(pattern) if inventory.manager.hosts else []
+    per_host: list[dict[str, Any]] = []
+    if hosts:
+        for host in hosts:
+            per_host.append(
+                _host_group_vars(inventory, host.get_groups(), ctx.result.notes, ctx.vars_cache)
+            )
+            for directory in inventory.dirs:
+                if _vars_files_in(directory / "host_vars", host.name):
+                    ctx.note(
+                        directory / "host_vars",
+                        0,
+                        f"host_vars for {host.name}: per-host vars are not translated",
+                    )
+    else:
+        chain: list[Any] = []
+        for name in names:
+            group = inventory.groups.get(name)
+            if group is not None:
+                chain += [group, *group.get_ancestors()]
+        if "all" in inventory.groups:
+            chain.append(inventory.groups["all"])
+        unique = list({id(g): g for g in chain}.values())
+        per_host.append(_host_group_vars(inventory, unique, ctx.result.notes, ctx.vars_cache))
+    merged: dict[str, Any] = {}
+    keys = list(dict.fromkeys(k for hv in per_host for k in hv))
+    for key in keys:
+        values = [hv.get(key) for hv in per_host]
+        if any(_plain(v) != _plain(values[0]) for v in values) or any(
+            key not in hv for hv in per_host
+        ):
+            ctx.note(
+                path,
+                line,
+                f"group var {key}: differs between the play's hosts; one CR holds one value — "
+                "not translated (split the play or pass it per package)",
+            )
+            continue
+        merged[key] = values[0]
+    return _clean_vars(ctx, merged, path, line)
+
+
+def _import_play(ctx: _Context, play: Mapping[str, Any], path: Path, index: int) -> None:
+    line = _line(play)
+    where = f"{path}:{line}"
+    playbook_dir = path.parent
+    play_name = str(play.get("name") or "")
+    base_name = _slug(play_name, MAX_CR_NAME) or _slug(f"{path.stem}-{index + 1}", MAX_CR_NAME)
+    name = base_name
+    counter = 2
+    while name in ctx.names:
+        suffix = f"-{counter}"
+        name = base_name[: MAX_CR_NAME - len(suffix)].strip("-") + suffix
+        counter += 1
+    ctx.names.add(name)
+
+    for key in play:
+        if key in _HANDLED_PLAY_KEYS or key in _TASK_SECTIONS or key in _NODE_LOCAL_KEYS:
+            continue
+        ctx.note(path, line, f"play {play_name or index + 1!r}: keyword {key!r} not translated")
+    for key in _NODE_LOCAL_KEYS:
+        if key in play:
+            ctx.note(path, line, f"play-level {key} not translated (packages run on their node)")
+    strategy = play.get("strategy")
+    if strategy not in (None, "linear"):
+        ctx.note(path, line, f"strategy {strategy!r} not translated; batches run in lockstep")
+    if str(play.get("become_user") or "root") != "root":
+        ctx.note(path, line, "become_user other than root: the agent runs as root")
+    for section in _TASK_SECTIONS:
+        tasks = play.get(section)
+        if tasks:
+            count = len(tasks) if isinstance(tasks, list) else 1
+            ctx.note(
+                path,
+                _line(tasks) or line,
+                f"{section}: {count} task(s) outside roles not translated; move them into a role",
+            )
+            _scan_tasks(ctx, tasks, path, section)
+
+    selector, group_names = _selector_for(ctx, play.get("hosts"), where)
+    pattern = ":".join(_hosts_pattern(play.get("hosts"))) or "all"
+
+    group_vars = _play_group_vars(ctx, group_names, pattern, path, line)
+    play_vars = play.get("vars") or {}
+    if not isinstance(play_vars, Mapping):
+        ctx.problems.append(f"{where}: vars must be a mapping")
+        play_vars = {}
+    combined = {**group_vars, **_clean_vars(ctx, play_vars, path, _line(play_vars) or line)}
+    for entry in play.get("vars_files") or []:
+        candidates = entry if isinstance(entry, list) else [entry]
+        loaded = False
+        for candidate in candidates:
+            if "{{" in str(candidate):
+                continue
+            file = (playbook_dir / str(candidate)).resolve()
+            if file.is_file():
+                data = _read_vars_file(file, ctx.result.notes)
+                combined.update(_clean_vars(ctx, data, file, _line(data)))
+                loaded = True
+                break
+        if not loaded:
+            ctx.note(path, line, f"vars_files entry {entry!r} not found or templated; skipped")
+
+    roles = play.get("roles") or []
+    if not roles:
+        ctx.note(path, line, "play has no roles: nothing to package — no CR written")
+        return
+    packages: dict[str, Any] = {}
+    previous: tuple[str, str] | None = None
+    for role_entry in roles:
+        entry = role_entry if isinstance(role_entry, Mapping) else {"role": role_entry}
+        role = str(entry.get("role") or entry.get("name") or "")
+        role_line = _line(role_entry) or _line(roles) or line
+        role_where = f"{path}:{role_line}"
+        if not role or "{{" in role:
+            ctx.problems.append(f"{role_where}: role entry without a usable name")
+            continue
+        for key in entry:
+            if key in ("role", "name", "vars"):
+                continue
+            ctx.note(path, role_line, f"role {role}: {key!r} on a role entry not translated")
+        role_dir = _find_role(ctx, role, playbook_dir)
+        if role_dir is not None:
+            _scan_role(ctx, role_dir)
+        info = _role_info(ctx, role, role_dir, role_where)
+        if info is None:
+            continue
+        if not _PACKAGE_NAME.match(info.name) or not 2 <= len(info.name) <= 43:
+            ctx.problems.append(f"{role_where}: package name {info.name!r} is not valid")
+            continue
+        if info.name in packages:
+            ctx.note(path, role_line, f"role {role} listed twice; only its first use is kept")
+            continue
+        role_vars = entry.get("vars") or {}
+        package: dict[str, Any] = {
+            "version": info.version,
+            "image": f"{ctx.options.image_prefix.rstrip('/')}/{info.name}",
+            "vars": {**combined, **_clean_vars(ctx, role_vars, path, role_line)},
+        }
+        if info.interrupt:
+            package["interrupt"] = info.interrupt
+        if previous is not None:
+            package["dependsOn"] = {previous[0]: previous[1]}
+        packages[info.name] = package
+        previous = (info.name, info.version)
+    if selector is None or not packages:
+        return
+
+    try:
+        fit = fit_strategy(
+            play.get("serial"),
+            host_count=len(ctx.inventory.hosts(pattern)) if ctx.inventory.manager.hosts else 0,
+            max_fail_percentage=play.get("max_fail_percentage"),
+            any_errors_fatal=bool(play.get("any_errors_fatal")),
+        )
+    except (ValueError, TypeError) as exc:
+        ctx.problems.append(f"{where}: serial: {exc}")
+        return
+    if play.get("serial") is None:
+        ctx.note(
+            path,
+            line,
+            "no serial: every targeted node goes in one batch (as in Ansible)",
+            untranslated=False,
+        )
+    ctx.note(path, line, f"policy {name}: {fit.explanation}", untranslated=False)
+    annotations = {"bridge.nodewright.io/imported-from": f"{path.name}:{line}"}
+    policy = {
+        "apiVersion": API_VERSION,
+        "kind": "DeploymentPolicy",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"default": fit.to_wire()},
+    }
+    cr = {
+        "apiVersion": API_VERSION,
+        "kind": "NodeWright",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "nodeSelectors": {k: v for k, v in selector.to_wire().items() if v},
+            "deploymentPolicy": name,
+            "packages": packages,
+        },
+    }
+    try:
+        load_policy(policy)
+        load_nodewright(cr)
+    except SpecError as exc:
+        ctx.problems += [f"{where}: generated {exc.kind} invalid: {p}" for p in exc.problems]
+        return
+    ctx.result.documents += [policy, cr]
+
+
+def _plays(ctx: _Context, path: Path, seen: tuple[Path, ...]) -> Iterator[tuple[Any, Path, int]]:
+    if path in seen:
+        ctx.problems.append(f"{path}: imports itself (import_playbook cycle)")
+        return
+    data = _load_yaml(path)
+    if not isinstance(data, list):
+        raise PlaybookImportError(f"{path}: a playbook must be a list of plays")
+    for index, play in enumerate(data):
+        if not isinstance(play, Mapping):
+            ctx.problems.append(f"{path}:{_line(data)}: play {index + 1} is not a mapping")
+            continue
+        target = play.get("import_playbook") or play.get("ansible.builtin.import_playbook")
+        if target is not None:
+            text = str(target)
+            if "{{" in text or re.fullmatch(r"\w+\.\w+\.\w+", text):
+                # Templated names and collection playbooks (ns.coll.playbook) cannot be followed.
+                ctx.note(path, _line(play), f"import_playbook {text!r} not followed")
+                continue
+            yield from _plays(ctx, (path.parent / str(target)).resolve(), (*seen, path))
+            continue
+        yield play, path, index
+
+
+def import_playbook(
+    playbook: Path, *, inventory: Path | None, options: ImportOptions
+) -> ImportResult:
+    """Translate every play of ``playbook`` (following ``import_playbook``).
+
+    Raises:
+        PlaybookImportError: unmapped groups, unresolvable roles, malformed files — all problems
+            at once, one line each with ``file:line``.
+    """
+    playbook = playbook.resolve()
+    ctx = _Context(
+        options=options,
+        inventory=_load_inventory(inventory, playbook.parent),
+        result=ImportResult(),
+    )
+    for play, path, index in list(_plays(ctx, playbook, ())):
+        _import_play(ctx, play, path, index)
+    if ctx.problems:
+        raise PlaybookImportError("cannot import the playbook", ctx.problems)
+    return ctx.result
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Vars shared by several packages are written out in full, never as YAML aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def render_documents(documents: Sequence[Mapping[str, Any]]) -> str:
+    """A multi-document YAML stream, keys in the order they were built."""
+    return "".join(
+        "---\n"
+        + yaml.dump(
+            dict(doc),
+            Dumper=_NoAliasDumper,
+            sort_keys=False,
+            default_flow_style=False,
+            width=100,
+        )
+        for doc in documents
+    )
