@@ -11,15 +11,18 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # podman on these machines needs: no default ulimits (setrlimit is refused) and runc + cgroupfs.
-mkdir -p /etc/containers
-if ! grep -q '^default_ulimits = \[\]' /etc/containers/containers.conf 2>/dev/null; then
-  cat >> /etc/containers/containers.conf <<'CONF'
+# A drop-in (podman >= 4.0 reads /etc/containers/containers.conf.d/*.conf after containers.conf),
+# so an existing containers.conf with its own [containers] table is never made invalid TOML.
+mkdir -p /etc/containers/containers.conf.d
+DROPIN=/etc/containers/containers.conf.d/50-nodewright-bridge.conf
+WANT='# Written by nodewright-bridge scripts/install-system-deps.sh (sandbox podman settings).
 [containers]
 default_ulimits = []
 
 [engine]
 runtime = "runc"
 cgroup_manager = "cgroupfs"
-events_logger = "file"
-CONF
+events_logger = "file"'
+if [[ "$(cat "$DROPIN" 2>/dev/null)" != "$WANT" ]]; then
+  printf '%s\n' "$WANT" > "$DROPIN"
 fi
