@@ -1,0 +1,361 @@
+"""Read an existing role and write the package manifest for it (``nwb package init``).
+
+Why by inspection: the teams we migrate have roles, not packages. Everything the manifest needs is
+already in a well-kept role - galaxy_info, argument specs, task files named by habit - so the
+default path is "point at the role, get a manifest", and the author edits only what conventions
+cannot know.
+
+Sources, first hit wins:
+    name     --name; galaxy_info.role_name; the directory name (``_`` -> ``-``, lower case)
+    version  --version; galaxy_info.version; the enclosing collection's galaxy.yml; the newest
+             git tag reachable in the role's repository (a leading ``v`` dropped)
+    stages   file conventions (manifest.py docstring)
+    interrupt  a handler named like "reboot" -> reboot; handlers restarting literal services via
+             service/systemd -> service with those units; otherwise none
+    deps     meta/main.yml ``dependencies``
+    collections  requirements.yml (role or meta/), meta/main.yml ``collections``, and FQCNs used in
+             tasks/handlers; bundled at the version installed here (no Galaxy)
+    schema   meta/argument_specs.yml (or ``argument_specs`` in meta/main.yml)
+
+Roles inside collections (``.../ansible_collections/ns/coll/roles/role``) get ``role_fqcn``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import re
+import subprocess
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import semver
+import yaml
+
+from lifecycle.spec import Interrupt, InterruptType
+from playbook_adapter import argspec
+from playbook_adapter.errors import RoleLayoutError
+from playbook_adapter.manifest import (
+    MANIFEST_FILE,
+    AgentStage,
+    BundledCollection,
+    EntryKind,
+    PackageManifest,
+    StageEntry,
+    load_manifest,
+)
+
+logger = logging.getLogger(__name__)
+
+CHECK_FILES = ("tasks/verify.yml", "tasks/check.yml", "tasks/validate.yml")
+MOLECULE_VERIFY = "molecule/default/verify.yml"
+UNINSTALL_CHECK_FILES = ("tasks/uninstall_check.yml", "tasks/verify_uninstall.yml")
+# Collections that ship with ansible-core itself: never bundled.
+CORE_NAMESPACES = {"ansible.builtin", "ansible.legacy", "ansible.windows"}
+FQCN = re.compile(r"^([a-z0-9_]+)\.([a-z0-9_]+)\.[a-z0-9_.]+$")
+TASK_CONTAINERS = ("block", "rescue", "always")
+
+
+@dataclass(frozen=True, slots=True)
+class RoleInfo:
+    """What ``nwb package inspect`` shows for a role directory or a package directory."""
+
+    manifest: PackageManifest
+    path: Path
+    size_bytes: int
+    from_file: bool  # True when read from an existing nodewright-package.yaml
+
+
+def stage_map(role: Path) -> dict[AgentStage, StageEntry]:
+    """Stage -> task file by convention (only files that exist)."""
+    stages: dict[AgentStage, StageEntry] = {}
+
+    def add(stage: AgentStage, file: str, kind: EntryKind = EntryKind.TASKS) -> None:
+        stages[stage] = StageEntry(file=file, kind=kind)
+
+    main = _first_existing(role, ("tasks/main.yml", "tasks/main.yaml"))
+    if main:
+        add(AgentStage.APPLY, main)
+        add(AgentStage.UPGRADE, main)
+    for stage, stem in (
+        (AgentStage.CONFIG, "tasks/config"),
+        (AgentStage.UNINSTALL, "tasks/uninstall"),
+        (AgentStage.POST_INTERRUPT, "tasks/post_interrupt"),
+    ):
+        found = _first_existing(role, (f"{stem}.yml", f"{stem}.yaml"))
+        if found:
+            add(stage, found)
+    check = _first_existing(role, CHECK_FILES)
+    check_kind = EntryKind.TASKS
+    if check is None and (role / MOLECULE_VERIFY).is_file():
+        check, check_kind = MOLECULE_VERIFY, EntryKind.PLAYBOOK
+    if check:
+        for stage, checked in (
+            (AgentStage.APPLY_CHECK, AgentStage.APPLY),
+            (AgentStage.UPGRADE_CHECK, AgentStage.UPGRADE),
+            (AgentStage.CONFIG_CHECK, AgentStage.CONFIG),
+            (AgentStage.POST_INTERRUPT_CHECK, AgentStage.POST_INTERRUPT),
+        ):
+            # config-check also guards a role without config.yml: config vars feed main.yml.
+            if checked in stages or checked is AgentStage.CONFIG:
+                add(stage, check, check_kind)
+    uninstall_check = _first_existing(role, UNINSTALL_CHECK_FILES)
+    if uninstall_check:
+        add(AgentStage.UNINSTALL_CHECK, uninstall_check)
+    return stages
+
+
+def introspect_role(
+    role: Path,
+    *,
+    version: str | None = None,
+    name: str | None = None,
+    interrupt: Interrupt | None = None,
+) -> PackageManifest:
+    """Build the manifest for a role directory (nothing is written)."""
+    role = role.resolve()
+    if not role.is_dir() or not ((role / "tasks").is_dir() or (role / "meta").is_dir()):
+        raise RoleLayoutError(f"{role}: not an Ansible role (no tasks/ or meta/ directory)")
+    meta = _yaml_file(role / "meta" / "main.yml") or _yaml_file(role / "meta" / "main.yaml") or {}
+    galaxy_info = meta.get("galaxy_info") or {}
+    collection = _enclosing_collection(role)
+
+    role_name = str(galaxy_info.get("role_name") or role.name)
+    package_name = name or re.sub(r"[^a-z0-9-]+", "-", role_name.lower()).strip("-")
+    resolved_version = (
+        version
+        or _str_or_none(galaxy_info.get("version"))
+        or (collection.version if collection else None)
+        or _git_tag_version(role)
+    )
+    if not resolved_version:
+        raise RoleLayoutError(
+            f"{role}: no version found (meta/main.yml, galaxy.yml, git tag); pass --version"
+        )
+    resolved_version = resolved_version.removeprefix("v")
+    if not semver.Version.is_valid(resolved_version):
+        raise RoleLayoutError(f"{role}: version {resolved_version!r} is not strict semver x.y.z")
+
+    specs = _yaml_file(role / "meta" / "argument_specs.yml") or _yaml_file(
+        role / "meta" / "argument_specs.yaml"
+    )
+    raw_specs = (specs or {}).get("argument_specs") or meta.get("argument_specs")
+    schema = argspec.argument_specs_to_schema(raw_specs) if raw_specs else {"type": "object"}
+    # Ansible checks `required` against the role's merged vars, where defaults/main.yml already
+    # supplies a value; the CR's vars alone need not repeat it.
+    defaults = _yaml_file(role / "defaults" / "main.yml") or {}
+    if "required" in schema:
+        schema["required"] = [n for n in schema["required"] if n not in defaults]
+        if not schema["required"]:
+            del schema["required"]
+
+    stages = stage_map(role)
+    if AgentStage.APPLY not in stages:
+        raise RoleLayoutError(f"{role}: no tasks/main.yml, nothing to apply")
+    return PackageManifest(
+        name=package_name,
+        version=resolved_version,
+        role=".",
+        role_fqcn=f"{collection.fqcn}.{role.name}" if collection else "",
+        stages=stages,
+        interrupt=interrupt or detect_interrupt(role),
+        argument_schema=schema,
+        collections=bundled_collections(role, meta, own=collection.fqcn if collection else None),
+        role_dependencies=role_dependencies(meta),
+        description=str(galaxy_info.get("description") or "").strip(),
+    )
+
+
+def write_manifest(role: Path, manifest: PackageManifest) -> Path:
+    path = role / MANIFEST_FILE
+    path.write_text(
+        "# Written by `nwb package init`; edit freely, `nwb package inspect` shows the result.\n"
+        + manifest.to_yaml(),
+        encoding="utf-8",
+    )
+    return path
+
+
+def inspect_path(path: Path) -> RoleInfo:
+    """Manifest (from the file, or by convention when there is none), and the size on disk."""
+    path = path.resolve()
+    if (path / MANIFEST_FILE).is_file():
+        manifest, from_file = load_manifest(path), True
+    else:
+        manifest, from_file = introspect_role(path, version=None), False
+    return RoleInfo(manifest=manifest, path=path, size_bytes=_tree_size(path), from_file=from_file)
+
+
+def detect_interrupt(role: Path) -> Interrupt | None:
+    handlers = list(_tasks_in(role / "handlers"))
+    if any("reboot" in str(h.get("name", "")).lower() for h in handlers):
+        return Interrupt(type=InterruptType.REBOOT)
+    services: list[str] = []
+    for handler in handlers:
+        for key in ("ansible.builtin.systemd", "ansible.builtin.service", "systemd", "service"):
+            args = handler.get(key)
+            if isinstance(args, Mapping) and args.get("state") in ("restarted", "reloaded"):
+                unit = str(args.get("name", ""))
+                if unit and "{{" not in unit and unit not in services:
+                    services.append(unit)
+    if services:
+        return Interrupt(type=InterruptType.SERVICE, services=services)
+    return None
+
+
+def role_dependencies(meta: Mapping[str, Any]) -> list[str]:
+    names: list[str] = []
+    for dep in meta.get("dependencies") or []:
+        if isinstance(dep, str):
+            names.append(dep)
+        elif isinstance(dep, Mapping) and (dep.get("role") or dep.get("name")):
+            names.append(str(dep.get("role") or dep.get("name")))
+    return names
+
+
+def used_collections(role: Path, meta: Mapping[str, Any]) -> set[str]:
+    names: set[str] = set()
+    for req_file in (role / "requirements.yml", role / "meta" / "requirements.yml"):
+        data = _yaml_file(req_file)
+        entries = data.get("collections", []) if isinstance(data, dict) else []
+        for entry in entries or []:
+            fqcn = entry.get("name") if isinstance(entry, Mapping) else entry
+            if isinstance(fqcn, str) and fqcn.count(".") == 1:
+                names.add(fqcn)
+    for fqcn in meta.get("collections") or []:
+        if isinstance(fqcn, str) and fqcn.count(".") == 1:
+            names.add(fqcn)
+    for directory in (role / "tasks", role / "handlers"):
+        for task in _tasks_in(directory):
+            for key in task:
+                match = FQCN.match(str(key))
+                if match:
+                    names.add(f"{match.group(1)}.{match.group(2)}")
+    return {n for n in names if n not in CORE_NAMESPACES}
+
+
+def bundled_collections(
+    role: Path, meta: Mapping[str, Any], *, own: str | None = None
+) -> list[BundledCollection]:
+    installed = installed_collections()
+    bundled = []
+    for fqcn in sorted(used_collections(role, meta)):
+        if fqcn == own:
+            continue
+        if fqcn not in installed:
+            logger.warning("collection not installed, cannot bundle", extra={"collection": fqcn})
+        bundled.append(BundledCollection(name=fqcn, version=installed.get(fqcn, "")))
+    return bundled
+
+
+def collection_roots() -> list[Path]:
+    """Directories holding ``ansible_collections/`` that this Python's Ansible sees by default."""
+    roots: list[Path] = []
+    spec = importlib.util.find_spec("ansible_collections")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        roots.append(Path(location).parent)
+    for default in (
+        Path.home() / ".ansible" / "collections",
+        Path("/usr/share/ansible/collections"),
+    ):
+        if (default / "ansible_collections").is_dir():
+            roots.append(default)
+    return roots
+
+
+def installed_collections() -> dict[str, str]:
+    """FQCN -> version of the collections installed here (first root wins)."""
+    found: dict[str, str] = {}
+    for root in collection_roots():
+        base = root / "ansible_collections"
+        for manifest in sorted(base.glob("*/*/MANIFEST.json")):
+            fqcn = f"{manifest.parent.parent.name}.{manifest.parent.name}"
+            if fqcn in found:
+                continue
+            try:
+                info = json.loads(manifest.read_text(encoding="utf-8"))["collection_info"]
+                found[fqcn] = str(info.get("version", ""))
+            except (ValueError, KeyError, OSError):
+                found[fqcn] = ""
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Collection:
+    fqcn: str
+    version: str | None
+
+
+def _enclosing_collection(role: Path) -> _Collection | None:
+    # .../ansible_collections/<ns>/<coll>/roles/<role>
+    if role.parent.name != "roles":
+        return None
+    coll_dir = role.parent.parent
+    galaxy = _yaml_file(coll_dir / "galaxy.yml")
+    if galaxy and galaxy.get("namespace") and galaxy.get("name"):
+        return _Collection(
+            f"{galaxy['namespace']}.{galaxy['name']}", _str_or_none(galaxy.get("version"))
+        )
+    if coll_dir.parent.parent.name == "ansible_collections":
+        return _Collection(f"{coll_dir.parent.name}.{coll_dir.name}", None)
+    return None
+
+
+def _git_tag_version(role: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(role), "describe", "--tags", "--abbrev=0"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    tag = out.stdout.strip().rsplit("/", 1)[-1]
+    return tag if out.returncode == 0 and tag else None
+
+
+def _tasks_in(directory: Path) -> Iterator[Mapping[str, Any]]:
+    """Every task (recursing into blocks) of every YAML file in ``directory``."""
+    if not directory.is_dir():
+        return
+    for path in sorted([*directory.rglob("*.yml"), *directory.rglob("*.yaml")]):
+        data = _yaml_file(path, expect=list)
+        yield from _flatten(data or [])
+
+
+def _flatten(tasks: list[Any]) -> Iterator[Mapping[str, Any]]:
+    for task in tasks:
+        if not isinstance(task, Mapping):
+            continue
+        yield task
+        for key in TASK_CONTAINERS:
+            inner = task.get(key)
+            if isinstance(inner, list):
+                yield from _flatten(inner)
+
+
+def _yaml_file(path: Path, expect: type = dict) -> Any:
+    if not path.is_file():
+        return None
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise RoleLayoutError(f"{path}: not valid YAML: {exc}") from exc
+    return data if isinstance(data, expect) else None
+
+
+def _first_existing(role: Path, candidates: tuple[str, ...]) -> str | None:
+    return next((c for c in candidates if (role / c).is_file()), None)
+
+
+def _str_or_none(value: object) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+def _tree_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
