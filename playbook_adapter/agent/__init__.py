@@ -1,1 +1,1 @@
-"""The in-pod agent (``nwb-agent``): runs a package's stages with ansible-runner against the host."""
+"""The in-pod agent (``nwb-agent``): runs a package's stages with ansible-runner on the host."""

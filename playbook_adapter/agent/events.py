@@ -1,0 +1,236 @@
+"""Turn ansible-runner events into the three outputs of a run.
+
+Why here and not in a callback plugin: ansible-runner already hands every event to Python as a
+dict, in order, in this process; counting, printing and logging them here costs nothing extra and
+keeps the playbook process free of our code.
+
+Outputs:
+- stdout: one short line per task result, ``ok|changed|failed|skipping  <stage>  <task>``
+  (a failure adds ``: <message>``);
+- JSONL: every event, one per line, in ``<stage>-<timestamp>.jsonl`` on the host;
+- the per-stage counts, the fatal failure and ``rebootRequested`` for the AgentResult.
+
+Secrets: every string value of a secret or no_log var is replaced by ``********`` in everything
+written (stdout and JSONL) - a role may echo a var in a module's ``msg`` or args.
+Stages are recognised by the marker play ``nodewright:<stage>`` that starts each stage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from lifecycle.results import Failure, StageResult, StageStatus
+
+logger = logging.getLogger(__name__)
+
+STAGE_PLAY_PREFIX = "nodewright:"
+REBOOT_FACT = "nodewright_reboot_required"
+REDACTED = "********"
+# Shorter strings ("yes", "80") would redact innocent text everywhere; no secret is that short.
+MIN_REDACT_CHARS = 4
+MAX_LINE_MESSAGE = 300
+# Our own include of the role's task file is plumbing, not a task of the role.
+PLUMBING_ACTIONS = {"ansible.builtin.include_role", "include_role"}
+RESULT_EVENTS = {
+    "runner_on_ok",
+    "runner_on_failed",
+    "runner_on_skipped",
+    "runner_on_unreachable",
+}
+
+
+@dataclass(slots=True)
+class _StageTally:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    unreachable: int = 0
+    started: float | None = None
+    ended: float | None = None
+
+
+@dataclass(slots=True)
+class EventCollector:
+    """Consumes runner events (``handle``) and sums them up (``stage_results``)."""
+
+    stages: list[str]
+    log_dir: Path | None
+    timestamp: str
+    clock: Callable[[], float]
+    secrets: Iterable[str] = ()
+    out: IO[str] = field(default_factory=lambda: sys.stdout)
+    current: str | None = None
+    failure: Failure | None = None
+    reboot_requested: bool = False
+    tallies: dict[str, _StageTally] = field(default_factory=dict)
+    _secrets: list[str] = field(default_factory=list)
+    _log: IO[str] | None = None
+    log_files: list[Path] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Longest first, so a secret containing another is replaced whole.
+        self._secrets = sorted(
+            {s for s in self.secrets if len(s) >= MIN_REDACT_CHARS}, key=len, reverse=True
+        )
+
+    def redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+            escaped = json.dumps(secret)[1:-1]
+            if escaped != secret:
+                text = text.replace(escaped, REDACTED)
+        return text
+
+    def handle(self, event: Mapping[str, Any]) -> bool:
+        """ansible-runner event_handler: returns False so runner keeps no copy on disk."""
+        kind = str(event.get("event", ""))
+        data: Mapping[str, Any] = event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            play = str(data.get("play", ""))
+            if play.startswith(STAGE_PLAY_PREFIX):
+                self._start_stage(play.removeprefix(STAGE_PLAY_PREFIX))
+        if self.current is not None:
+            self._write(event)
+        plumbing = data.get("task_action") in PLUMBING_ACTIONS and kind == "runner_on_ok"
+        if kind in RESULT_EVENTS and self.current is not None and not plumbing:
+            self._count(kind, data)
+        return False
+
+    def close(self) -> None:
+        now = self.clock()
+        for tally in self.tallies.values():
+            if tally.ended is None:
+                tally.ended = now
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def stage_results(self, *, fatal: bool) -> list[StageResult]:
+        """Per requested stage; ``fatal`` says the playbook ended with a host failed/unreachable."""
+        results = []
+        failed_stage = self.failure.stage if (fatal and self.failure) else None
+        for stage in self.stages:
+            tally = self.tallies.get(stage)
+            if tally is None:
+                results.append(StageResult(name=stage, status=StageStatus.SKIPPED))
+                continue
+            duration = max((tally.ended or 0.0) - (tally.started or 0.0), 0.0)
+            results.append(
+                StageResult(
+                    name=stage,
+                    status=StageStatus.FAILED if stage == failed_stage else StageStatus.OK,
+                    ok=tally.ok,
+                    changed=tally.changed,
+                    failed=tally.failed,
+                    skipped=tally.skipped,
+                    unreachable=tally.unreachable,
+                    duration_seconds=round(duration, 3),
+                )
+            )
+        return results
+
+    # ---------------------------------------------------------------------------------------
+
+    def _start_stage(self, stage: str) -> None:
+        now = self.clock()
+        if self.current is not None:
+            self.tallies[self.current].ended = now
+        self.current = stage
+        self.tallies[stage] = _StageTally(started=now)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self.log_dir is not None:
+            path = self.log_dir / f"{stage}-{self.timestamp}.jsonl"
+            try:
+                self._log = path.open("w", encoding="utf-8")
+                self.log_files.append(path)
+            except OSError as exc:
+                logger.warning(
+                    "cannot write event log", extra={"path": str(path), "error": str(exc)}
+                )
+
+    def _write(self, event: Mapping[str, Any]) -> None:
+        if self._log is None:
+            return
+        line = json.dumps(event, default=str, separators=(",", ":"))
+        self._log.write(self.redact(line) + "\n")
+
+    def _count(self, kind: str, data: Mapping[str, Any]) -> None:
+        assert self.current is not None
+        tally = self.tallies[self.current]
+        res: Mapping[str, Any] = data.get("res") or {}
+        task = str(data.get("task") or data.get("task_action") or "")
+        action = str(data.get("task_action") or "")
+        facts = res.get("ansible_facts") if isinstance(res, Mapping) else None
+        if isinstance(facts, Mapping) and _truthy(facts.get(REBOOT_FACT)):
+            self.reboot_requested = True
+        if kind == "runner_on_ok":
+            tally.ok += 1
+            changed = bool(res.get("changed")) if isinstance(res, Mapping) else False
+            tally.changed += int(changed)
+            self._line("changed" if changed else "ok", task)
+        elif kind == "runner_on_skipped":
+            tally.skipped += 1
+            self._line("skipping", task)
+        elif kind == "runner_on_failed":
+            ignored = bool(data.get("ignore_errors"))
+            tally.failed += int(not ignored)
+            message = self.redact(failure_message(res))
+            self._line("failed" if not ignored else "failed (ignored)", task, message)
+            if not ignored:
+                self.failure = Failure(
+                    stage=self.current, task=task, action=action, message=message
+                )
+        elif kind == "runner_on_unreachable":
+            tally.unreachable += 1
+            message = self.redact(failure_message(res))
+            self._line("unreachable", task, message)
+            self.failure = Failure(
+                stage=self.current, task=task, action=action or "connection", message=message
+            )
+
+    def _line(self, status: str, task: str, message: str = "") -> None:
+        line = f"{status:<9} {self.current}  {self.redact(task)}"
+        if message:
+            flat = " ".join(message.split())
+            if len(flat) > MAX_LINE_MESSAGE:
+                flat = flat[: MAX_LINE_MESSAGE - 1] + "…"
+            line += f": {flat}"
+        print(line, file=self.out, flush=True)
+
+
+def failure_message(res: object) -> str:
+    """The useful part of a failed result: msg, then stderr/stdout tails, then item messages."""
+    if not isinstance(res, Mapping):
+        return str(res)
+    parts = []
+    msg = res.get("msg")
+    if msg:
+        parts.append(str(msg))
+    for key in ("stderr", "module_stderr", "stdout"):
+        value = res.get(key)
+        if value and str(value) not in parts:
+            parts.append(f"{key}: {str(value)[-500:]}")
+            break
+    if not parts and isinstance(res.get("results"), list):
+        for item in res["results"]:
+            if isinstance(item, Mapping) and item.get("failed"):
+                parts.append(failure_message(item))
+                break
+    if "rc" in res and res.get("rc") not in (None, 0):
+        parts.append(f"rc={res['rc']}")
+    return "; ".join(parts) or "failed"
+
+
+def _truthy(value: object) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in {"true", "yes", "1", "on"}
+    return bool(value)

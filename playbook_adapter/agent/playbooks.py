@@ -1,0 +1,234 @@
+"""The private data directory of one agent run: playbooks, inventory, vars files, Ansible env.
+
+Why generated: the role stays unchanged (teams keep maintaining it as a role); the agent writes a
+small playbook per stage that runs one of its task files with ``include_role`` + ``tasks_from``,
+and chains them in ``site.yml`` so all requested stages run in ONE ansible-playbook process (one
+interpreter start, one collection scan, facts gathered once by the first stage and kept in a
+jsonfile fact cache in the data dir). A host that fails in a stage takes no part in the later
+stages, so they show as skipped.
+
+Host connection (``NW_HOST_CONNECTION``):
+- ``chroot``: ``community.general.chroot`` into ``NW_HOST_ROOT``. Files and commands act on the
+  host's filesystem; nothing sees the host's systemd (the sandbox default; fine for files,
+  sysctl.d, modprobe.d, grub).
+- ``nsenter``: the same connection plugin with ``chroot_exe`` replaced by a two-line wrapper that
+  drops the chroot directory and runs ``nsenter -t 1 -m -u -i -n -p -- <cmd>``: every module and
+  every file transfer (``dd``) runs in PID 1's mount/UTS/IPC/net/PID namespaces, i.e. on the real
+  host, where ``systemctl`` talks to the host's systemd (inside a chroot it refuses to act). Chosen
+  over an ``ansible_python_interpreter`` wrapper because file transfers (copy/template) also go
+  through the wrapper, so no path has to exist in both the container and the host. Needs
+  ``hostPID`` and privileges (the node pod has both); never used against this machine in tests.
+
+Reboot handlers: a role that notifies a handler named like "reboot" must not reboot the node from
+inside a stage (the controller drains first and runs the interrupt stage). Such handlers are
+rewritten, in a private copy of the role, into ``set_fact: nodewright_reboot_required: true``,
+which the event collector reports as ``rebootRequested``. Handlers using the reboot module are
+rewritten whatever their name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from playbook_adapter.agent.events import REBOOT_FACT, STAGE_PLAY_PREFIX
+from playbook_adapter.agent.settings import AgentSettings, HostConnection
+from playbook_adapter.manifest import AgentStage, EntryKind, PackageManifest
+
+REBOOT_MODULES = {"reboot", "ansible.builtin.reboot", "ansible.legacy.reboot"}
+HANDLER_KEEP_KEYS = {"name", "listen", "when", "tags"}
+NSENTER_WRAPPER = """#!/bin/sh
+# chroot_exe stand-in: $1 is the chroot directory; act in PID 1's namespaces instead.
+shift
+exec nsenter -t 1 -m -u -i -n -p -- "$@"
+"""
+# Remote temp dir inside the host root; private to root, removed by Ansible after each module.
+REMOTE_TMP = "/tmp/.nwb-ansible"
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRun:
+    data_dir: Path
+    playbook: str
+    inventory: dict[str, Any]
+    envvars: dict[str, str]
+    stages: list[AgentStage]  # the stages that have an entry (a play) in this package
+    rewritten_handlers: list[str]
+
+
+def prepare(
+    data_dir: Path,
+    *,
+    settings: AgentSettings,
+    manifest: PackageManifest,
+    role: Path,
+    stages: list[AgentStage],
+    values: Mapping[str, Any],
+    secrets: Mapping[str, Any],
+) -> PreparedRun:
+    """Write everything ansible-runner needs under ``data_dir`` (created 0700)."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    project = data_dir / "project"
+    for sub in (project, data_dir / "facts", data_dir / "tmp", data_dir / "home"):
+        sub.mkdir(mode=0o700, exist_ok=True)
+    (data_dir / "ansible.cfg").write_text("", encoding="utf-8")  # ignore any stray ansible.cfg
+
+    run_role, rewritten = _role_without_reboot_handlers(role, project / "roles")
+    vars_file = _private_json(data_dir / "vars.json", values)
+    secrets_file = _private_json(data_dir / "secrets.json", secrets)
+    common_vars = {
+        "nodewright_package": manifest.name,
+        "nodewright_version": manifest.version,
+        "nodewright_previous_version": settings.previous_version,
+        "nodewright_node": settings.node,
+        "nodewright_node_order": settings.node_order,
+        "nodewright_config_dir": str(settings.config_dir),
+    }
+
+    plays: list[dict[str, Any]] = []
+    with_entry: list[AgentStage] = []
+    for stage in stages:
+        entry = manifest.entry(stage)
+        if entry is None:
+            continue
+        first = not with_entry
+        with_entry.append(stage)
+        play: dict[str, Any] = {
+            "name": f"{STAGE_PLAY_PREFIX}{stage}",
+            "hosts": "all",
+            "gather_facts": first,
+            "vars_files": [str(vars_file), str(secrets_file)],
+            "vars": {**common_vars, "nodewright_stage": str(stage)},
+            "tasks": [],
+        }
+        if first:
+            play["gather_subset"] = [s for s in settings.gather_subset.split(",") if s]
+        if entry.kind is EntryKind.TASKS:
+            play["tasks"].append(
+                {
+                    "name": f"{manifest.name} {stage}",
+                    "ansible.builtin.include_role": {
+                        "name": str(run_role),
+                        "tasks_from": _tasks_from(entry.file),
+                    },
+                }
+            )
+            plays.append(play)
+        else:
+            plays.append(play)
+            plays.append({"ansible.builtin.import_playbook": str(run_role / entry.file)})
+    (project / "site.yml").write_text(
+        yaml.safe_dump(plays, sort_keys=False, width=1000), encoding="utf-8"
+    )
+
+    host_vars: dict[str, Any] = {
+        "ansible_connection": "community.general.chroot",
+        "ansible_host": str(settings.host_root),
+        "ansible_python_interpreter": settings.host_python,
+    }
+    if settings.host_connection is HostConnection.NSENTER:
+        wrapper = data_dir / "nsenter-exe"
+        wrapper.write_text(NSENTER_WRAPPER, encoding="utf-8")
+        wrapper.chmod(0o700)
+        host_vars["ansible_chroot_exe"] = str(wrapper)
+    inventory = {"all": {"hosts": {settings.node or "node": host_vars}}}
+
+    collections = [settings.package_dir / "collections", *_enclosing_collection_roots(role)]
+    roles_path = [settings.package_dir / "roles", role.parent]
+    envvars = {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "ANSIBLE_CONFIG": str(data_dir / "ansible.cfg"),
+        "ANSIBLE_HOME": str(data_dir / "home"),
+        "ANSIBLE_LOCAL_TEMP": str(data_dir / "tmp"),
+        "ANSIBLE_REMOTE_TMP": REMOTE_TMP,
+        "ANSIBLE_ROLES_PATH": os.pathsep.join(str(p) for p in roles_path),
+        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(str(p) for p in collections),
+        "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.jsonfile",
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(data_dir / "facts"),
+        "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "86400",
+        "ANSIBLE_GATHERING": "implicit",
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_HOST_KEY_CHECKING": "False",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_DEPRECATION_WARNINGS": "False",
+        "ANSIBLE_LOCALHOST_WARNING": "False",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+    }
+    return PreparedRun(
+        data_dir=data_dir,
+        playbook="site.yml",
+        inventory=inventory,
+        envvars=envvars,
+        stages=with_entry,
+        rewritten_handlers=rewritten,
+    )
+
+
+def _tasks_from(file: str) -> str:
+    parts = Path(file).parts
+    if parts and parts[0] == "tasks":
+        return str(Path(*parts[1:]))
+    return str(Path("..", file))  # a task file elsewhere in the role, relative to tasks/
+
+
+def _private_json(path: Path, data: Mapping[str, Any]) -> Path:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(dict(data), handle)
+    return path
+
+
+def _is_reboot_handler(handler: Mapping[str, Any]) -> bool:
+    return "reboot" in str(handler.get("name", "")).lower() or bool(
+        REBOOT_MODULES & set(map(str, handler))
+    )
+
+
+def _role_without_reboot_handlers(role: Path, roles_dir: Path) -> tuple[Path, list[str]]:
+    """The role to run: the original, or a private copy whose reboot handlers set a fact."""
+    handler_files = [p for p in (role / "handlers" / "main.yml", role / "handlers" / "main.yaml")]
+    rewrites: dict[str, list[Any]] = {}
+    names: list[str] = []
+    for path in handler_files:
+        if not path.is_file():
+            continue
+        handlers = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if not isinstance(handlers, list):
+            continue
+        changed = False
+        for index, handler in enumerate(handlers):
+            if isinstance(handler, dict) and _is_reboot_handler(handler):
+                kept = {k: v for k, v in handler.items() if k in HANDLER_KEEP_KEYS}
+                kept["ansible.builtin.set_fact"] = {REBOOT_FACT: True}
+                handlers[index] = kept
+                names.append(str(handler.get("name", "")))
+                changed = True
+        if changed:
+            rewrites[path.name] = handlers
+    if not rewrites:
+        return role, []
+    copy = roles_dir / role.name
+    shutil.copytree(role, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    for file_name, handlers in rewrites.items():
+        (copy / "handlers" / file_name).write_text(
+            yaml.safe_dump(handlers, sort_keys=False), encoding="utf-8"
+        )
+    return copy, names
+
+
+def _enclosing_collection_roots(role: Path) -> list[Path]:
+    """For .../ansible_collections/ns/coll/roles/r, the directory holding ansible_collections."""
+    for parent in role.parents:
+        if parent.name == "ansible_collections":
+            return [parent.parent]
+    return []
