@@ -220,6 +220,18 @@ def _has_tagged(value: Any) -> bool:
 # --------------------------------------------------------------------------------------------
 
 _SET_EXPR = re.compile(r"^([^\s!=(),]+)\s+(in|notin)\s+\(([^)]*)\)$")
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$")
+_LABEL_VALUE = re.compile(rf"^({_LABEL_NAME})?$")
+
+
+def _checked(key: str, values: Sequence[str] = ()) -> str:
+    if not _LABEL_KEY.match(key):
+        raise ValueError(f"{key!r} is not a valid label key")
+    for value in values:
+        if not _LABEL_VALUE.match(value):
+            raise ValueError(f"{value!r} is not a valid label value (for {key})")
+    return key
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -262,20 +274,26 @@ def parse_label_selector(text: str) -> LabelSelector:
         elif "!=" in part:
             key, value = (s.strip() for s in part.split("!=", 1))
             expressions.append(
-                LabelSelectorRequirement(key=key, operator=SelectorOperator.NOT_IN, values=[value])
+                LabelSelectorRequirement(
+                    key=_checked(key, [value]), operator=SelectorOperator.NOT_IN, values=[value]
+                )
             )
         elif "=" in part:
             key, value = (s.strip() for s in part.replace("==", "=").split("=", 1))
-            if not key or labels.get(key, value) != value:
-                raise ValueError(f"{part!r}: missing key or conflicting value")
-            labels[key] = value
+            if labels.get(key, value) != value:
+                raise ValueError(f"{part!r}: conflicting value for {key}")
+            labels[_checked(key, [value])] = value
         elif re.fullmatch(r"!\s*[^\s!=(),]+", part):
             key = part[1:].strip()
             expressions.append(
-                LabelSelectorRequirement(key=key, operator=SelectorOperator.DOES_NOT_EXIST)
+                LabelSelectorRequirement(
+                    key=_checked(key), operator=SelectorOperator.DOES_NOT_EXIST
+                )
             )
         elif re.fullmatch(r"[^\s!=(),]+", part):
-            expressions.append(LabelSelectorRequirement(key=part, operator=SelectorOperator.EXISTS))
+            expressions.append(
+                LabelSelectorRequirement(key=_checked(part), operator=SelectorOperator.EXISTS)
+            )
         else:
             raise ValueError(f"{part!r}: not a label requirement (k=v, k!=v, k in (a,b), k, !k)")
     return LabelSelector(match_labels=labels, match_expressions=expressions)
