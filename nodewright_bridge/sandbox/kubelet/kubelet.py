@@ -37,6 +37,8 @@ from nodewright_bridge.sandbox.kubelet.runners import (
     ContainerSpec,
     ContainerStartError,
     RunningContainer,
+    SimulateRunner,
+    is_package_pod,
 )
 from nodewright_bridge.sandbox.kubelet.volumes import Materializer, expand, mounts_for, pod_dir
 
@@ -163,9 +165,13 @@ class Kubelet:
         mode: str = "simulate",
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
         workers: int = 16,
+        workload_runner: ContainerRunner | None = None,
     ) -> None:
+        """``runner`` runs package pods (label app.kubernetes.io/managed-by=nodewright-bridge);
+        ``workload_runner`` (default: simulate) runs every other pod, per CONTRACTS.md."""
         self.api = api
         self.runner = runner
+        self.workload_runner: ContainerRunner = workload_runner or SimulateRunner()
         self.mode = mode
         self.state_dir = state_dir
         self.heartbeat_seconds = heartbeat_seconds
@@ -380,6 +386,8 @@ class Kubelet:
                 with contextlib.suppress(Exception):
                     self.api.request("DELETE", f"/api/v1/nodes/{node.name}", ok_missing=True)
         self.runner.close()
+        if self.workload_runner is not self.runner:
+            self.workload_runner.close()
 
     # --- watch ----------------------------------------------------------------------------
 
@@ -670,10 +678,16 @@ class Kubelet:
     def _container_id(self, container: Container) -> str:
         return f"sandbox://{id(container):x}-{container.restart_count}"
 
+    def runner_for(self, pod: Obj) -> ContainerRunner:
+        """The package-mode runner for package pods, the workload runner for the rest."""
+        package = is_package_pod(pod["metadata"].get("labels"))
+        return self.runner if package else self.workload_runner
+
     def _start_container(self, worker: PodWorker, container: Container) -> None:
         try:
-            spec = self._container_spec(worker, container)
-            container.handle = self.runner.start(worker.node, spec)
+            runner = self.runner_for(worker.pod)
+            spec = self._container_spec(worker, container, runner)
+            container.handle = runner.start(worker.node, spec)
             container.started_at = now_rfc3339()
         except ContainerStartError as exc:
             self._start_failed(container, str(exc), exc.reason, exc.exit_code)
@@ -691,7 +705,9 @@ class Kubelet:
             "finishedAt": stamp,
         }
 
-    def _container_spec(self, worker: PodWorker, container: Container) -> ContainerSpec:
+    def _container_spec(
+        self, worker: PodWorker, container: Container, runner: ContainerRunner
+    ) -> ContainerSpec:
         pod, obj, node = worker.pod, container.obj, worker.node
         meta, spec = pod["metadata"], pod["spec"]
         base = pod_dir(node.state_dir, worker.uid)
@@ -701,7 +717,7 @@ class Kubelet:
         termination_log.write_bytes(b"")
         env: dict[str, str] = {}
         mounts = []
-        if self.runner.materializes:
+        if runner.materializes:
             host_ip = node.internal_ip
             env = self._materializer.env(pod, obj, host_ip=host_ip, pod_ip=worker.pod_ip)
             volumes = self._materializer.volumes(

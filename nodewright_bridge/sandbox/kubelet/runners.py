@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -125,7 +126,12 @@ class ContainerSpec:
 
     @property
     def is_package_pod(self) -> bool:
-        return self.pod_labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
+        return is_package_pod(self.pod_labels)
+
+
+def is_package_pod(labels: Mapping[str, str] | None) -> bool:
+    """Package pods run in the kubelet's package mode; all others are workload pods."""
+    return (labels or {}).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
 
 
 class RunningContainer(Protocol):
