@@ -38,6 +38,8 @@ RESERVED_COMPARTMENT = "__default__"  # the implicit compartment of nodes no sel
 
 _PACKAGE_NAME = re.compile(PACKAGE_NAME_PATTERN)
 _DIGEST = re.compile(DIGEST_PATTERN)
+LABEL_NAME_PATTERN = r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"
+_LABEL_NAME = re.compile(LABEL_NAME_PATTERN)
 _DNS1123_SUBDOMAIN = re.compile(DNS1123_SUBDOMAIN_PATTERN)
 # Docker reference grammar: a path component, and an optional registry host[:port] in front.
 _PATH_COMPONENT = re.compile(r"^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$")
@@ -113,6 +115,29 @@ def check_image(image: str) -> str | None:
     return None
 
 
+def check_label_key(key: str) -> str | None:
+    """Why ``key`` is not a Kubernetes label key (``[prefix/]name``), or None."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or check_dns1123_subdomain(prefix) is not None):
+        return f'label key "{key}" has an invalid prefix (must be a DNS-1123 subdomain)'
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        return (
+            f'label key "{key}" is invalid (at most 63 letters, digits, "-", "_" or ".", '
+            "starting and ending with a letter or digit, optionally after a DNS prefix and /)"
+        )
+    return None
+
+
+def check_label_value(value: str) -> str | None:
+    """Why ``value`` is not a Kubernetes label value, or None (the empty value is valid)."""
+    if value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+        return (
+            f'label value "{value}" is invalid (at most 63 letters, digits, "-", "_" or ".", '
+            "starting and ending with a letter or digit)"
+        )
+    return None
+
+
 def check_dns1123_subdomain(name: str, *, max_length: int = 253) -> str | None:
     """Why ``name`` is not a DNS-1123 subdomain of at most ``max_length`` chars, or None."""
     if len(name) > max_length:
@@ -144,6 +169,11 @@ class LabelSelectorRequirement(InputModel):
 
     @model_validator(mode="after")
     def _values_fit_operator(self) -> Self:
+        problems = [("key", p) for p in [check_label_key(self.key)] if p]
+        problems += [
+            (f"values[{i}]", p) for i, v in enumerate(self.values) if (p := check_label_value(v))
+        ]
+        _check(problems)
         if self.operator in (SelectorOperator.IN, SelectorOperator.NOT_IN) and not self.values:
             raise _rule_error([("values", f"operator {self.operator} needs at least one value")])
         if (
@@ -161,6 +191,16 @@ class LabelSelector(InputModel):
     match_expressions: list[LabelSelectorRequirement] = Field(
         default_factory=list, description="Set-based requirements, all must hold."
     )
+
+    @model_validator(mode="after")
+    def _labels_are_valid(self) -> Self:
+        problems: list[tuple[str, str]] = []
+        for key, value in self.match_labels.items():
+            problem = check_label_key(key) or check_label_value(value)
+            if problem:
+                problems.append((f"matchLabels.{key}", problem))
+        _check(problems)
+        return self
 
 
 class Toleration(InputModel):

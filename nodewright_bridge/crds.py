@@ -54,6 +54,15 @@ _IMAGE_HOST = (
     r"|\[[0-9a-fA-F:]+\])(:[0-9]+)?"
 )
 IMAGE_PATTERN = rf"^({_IMAGE_HOST}/)?{_IMAGE_COMPONENT}(/{_IMAGE_COMPONENT})*$"
+_LABEL_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?" + _LABEL_NAME + "$"
+)
+_LABEL_VALUE: Schema = {
+    "type": "string",
+    "maxLength": LABEL_VALUE_MAX,
+    "pattern": f"^({_LABEL_NAME})?$",
+}
 
 
 def _rule(
@@ -316,10 +325,26 @@ FIELD_EXTRAS: dict[tuple[str, str], Schema] = {
     ("Toleration", "effect"): {"enum": ["", "NoSchedule", "PreferNoSchedule", "NoExecute"]},
     ("Toleration", "key"): {"maxLength": LABEL_KEY_MAX},
     ("Toleration", "value"): {"maxLength": LABEL_VALUE_MAX},
-    ("LabelSelector", "matchLabels"): {"maxProperties": SELECTOR_TERMS_MAX},
+    ("LabelSelector", "matchLabels"): {
+        "maxProperties": SELECTOR_TERMS_MAX,
+        "additionalProperties": _LABEL_VALUE,
+        "x-kubernetes-validations": [
+            _rule(
+                f"self.all(k, k.size() <= {LABEL_KEY_MAX} && k.matches(r'{LABEL_KEY_PATTERN}'))",
+                "matchLabels keys must be Kubernetes label keys ([dns-prefix/]name, name at most "
+                "63 characters)",
+            )
+        ],
+    },
     ("LabelSelector", "matchExpressions"): {"maxItems": SELECTOR_TERMS_MAX},
-    ("LabelSelectorRequirement", "key"): {"maxLength": LABEL_KEY_MAX},
-    ("LabelSelectorRequirement", "values"): {"maxItems": SELECTOR_VALUES_MAX},
+    ("LabelSelectorRequirement", "key"): {
+        "maxLength": LABEL_KEY_MAX,
+        "pattern": LABEL_KEY_PATTERN,
+    },
+    ("LabelSelectorRequirement", "values"): {
+        "maxItems": SELECTOR_VALUES_MAX,
+        "items": _LABEL_VALUE,
+    },
     ("Compartment", "name"): {
         "x-kubernetes-validations": [
             _rule(
