@@ -329,6 +329,31 @@ NODEWRIGHT_CASES: list[tuple[str, Any, str]] = [
         "spec.nodeSelectors.matchExpressions[0].values: operator Exists takes no values",
     ),
     (
+        "spec.nodeSelectors",
+        {"matchLabels": {"bad key": "x"}},
+        'spec.nodeSelectors.matchLabels.bad key: label key "bad key" is invalid',
+    ),
+    (
+        "spec.nodeSelectors",
+        {"matchLabels": {"gpu": "-a100"}},
+        'spec.nodeSelectors.matchLabels.gpu: label value "-a100" is invalid',
+    ),
+    (
+        "spec.nodeSelectors",
+        {"matchLabels": {"Example.com/gpu": "x"}},
+        'label key "Example.com/gpu" has an invalid prefix',
+    ),
+    (
+        "spec.nodeSelectors",
+        {"matchExpressions": [{"key": "g" * 64, "operator": "Exists"}]},
+        "spec.nodeSelectors.matchExpressions[0].key: label key",
+    ),
+    (
+        "spec.nodeSelectors",
+        {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a", "b c"]}]},
+        'spec.nodeSelectors.matchExpressions[0].values[1]: label value "b c" is invalid',
+    ),
+    (
         "spec.additionalTolerations",
         [{"operator": "Exists", "value": "x"}],
         "spec.additionalTolerations[0].value: must be empty when operator is Exists",
@@ -410,6 +435,10 @@ def test_deployment_policy_and_interruption_budget_are_mutually_exclusive() -> N
         ("metadata.name", "n" * 50),
         ("metadata.name", "gpu.nodes-1"),
         ("spec.additionalTolerations", [{"operator": "Exists"}]),
+        (
+            "spec.nodeSelectors",
+            {"matchLabels": {"nvidia.com/gpu.product": "A100-SXM4_80GB", "empty": ""}},
+        ),
     ],
 )
 def test_a_valid_variation_is_accepted(path: str, value: Any) -> None:
