@@ -114,6 +114,7 @@ def introspect_role(
     version: str | None = None,
     name: str | None = None,
     interrupt: Interrupt | None = None,
+    fallback_version: str | None = None,
 ) -> PackageManifest:
     """Build the manifest for a role directory (nothing is written)."""
     role = role.resolve()
@@ -130,6 +131,7 @@ def introspect_role(
         or _str_or_none(galaxy_info.get("version"))
         or (collection.version if collection else None)
         or _git_tag_version(role)
+        or fallback_version
     )
     if not resolved_version:
         raise RoleLayoutError(
@@ -143,7 +145,9 @@ def introspect_role(
         role / "meta" / "argument_specs.yaml"
     )
     raw_specs = (specs or {}).get("argument_specs") or meta.get("argument_specs")
-    schema = argspec.argument_specs_to_schema(raw_specs) if raw_specs else {"type": "object"}
+    schema: dict[str, Any] = (
+        argspec.argument_specs_to_schema(raw_specs) if raw_specs else {"type": "object"}
+    )
     # Ansible checks `required` against the role's merged vars, where defaults/main.yml already
     # supplies a value; the CR's vars alone need not repeat it.
     defaults = _yaml_file(role / "defaults" / "main.yml") or {}

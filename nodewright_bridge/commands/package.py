@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from nodewright_bridge.commands.package_authoring import init, inspect, test
 from nodewright_bridge.commands.package_build import build
 
 
@@ -16,4 +17,7 @@ def command() -> None:
     """Wrap Ansible roles as NodeWright packages; build, inspect, test."""
 
 
+command.add_command(init)
+command.add_command(inspect)
+command.add_command(test)
 command.add_command(build)

@@ -1,0 +1,242 @@
+"""``nwb package init | inspect | test``: the role author's side of packaging.
+
+Why separate from ``package_build``: these three need no container engine - they read a role,
+write its manifest, and run it against a root filesystem with the node agent's own code, isolated
+(``nodewright_bridge.sandbox.roletesting``). ``inspect`` hands image references to the image
+code (``playbook_adapter.imaging``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from lifecycle.results import AgentResult
+from lifecycle.spec import Interrupt, InterruptType
+from playbook_adapter import argspec, introspection
+from playbook_adapter.errors import PackageError
+from playbook_adapter.manifest import MANIFEST_FILE, PackageManifest
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def _fail(error: PackageError, code: int = EXIT_BAD_INPUT) -> None:
+    for problem in error.problems:
+        click.echo(f"error: {problem}", err=True)
+    sys.exit(code)
+
+
+def _parse_interrupt(text: str | None) -> Interrupt | None:
+    """``reboot`` | ``noop`` | ``restartAllServices`` | ``service:unit-a,unit-b``."""
+    if not text:
+        return None
+    kind, _, services = text.partition(":")
+    try:
+        interrupt_type = InterruptType(kind)
+    except ValueError:
+        raise click.BadParameter(
+            "expected reboot, noop, restartAllServices or service:UNIT[,UNIT]"
+        ) from None
+    units = [s for s in services.split(",") if s]
+    return Interrupt(type=interrupt_type, services=units)
+
+
+@click.command(name="init")
+@click.argument("role_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--version", "version", help="Package version (strict semver).")
+@click.option("--name", help="Package name (default: from the role).")
+@click.option(
+    "--interrupt", help="Default interrupt: reboot, noop, restartAllServices, service:UNITS."
+)
+@click.option("--force", is_flag=True, help=f"Overwrite an existing {MANIFEST_FILE}.")
+@click.option("--stdout", "to_stdout", is_flag=True, help="Print the manifest instead of writing.")
+def init(
+    *,
+    role_dir: Path,
+    version: str | None,
+    name: str | None,
+    interrupt: str | None,
+    force: bool,
+    to_stdout: bool,
+) -> None:
+    """Write nodewright-package.yaml for an existing role, by convention."""
+    target = role_dir / MANIFEST_FILE
+    if target.exists() and not (force or to_stdout):
+        click.echo(f"error: {target} exists (use --force to overwrite)", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    try:
+        manifest = introspection.introspect_role(
+            role_dir, version=version, name=name, interrupt=_parse_interrupt(interrupt)
+        )
+    except PackageError as exc:
+        _fail(exc)
+    if to_stdout:
+        click.echo(manifest.to_yaml(), nl=False)
+        return
+    path = introspection.write_manifest(role_dir, manifest)
+    click.echo(f"wrote {path}")
+    _print_summary(manifest)
+
+
+@click.command(name="inspect")
+@click.argument("target")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def inspect(target: str, as_json: bool) -> None:
+    """Show a package's manifest, stage map, argument schema and size (PATH or IMAGE)."""
+    path = Path(target)
+    try:
+        if path.exists():
+            info = introspection.inspect_path(path)
+            manifest, size, source = info.manifest, info.size_bytes, str(info.path)
+            if not info.from_file:
+                source += f" (no {MANIFEST_FILE}: shown by convention)"
+        else:
+            manifest, size, source = _inspect_image(target)
+    except PackageError as exc:
+        _fail(exc)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {"source": source, "sizeBytes": size, "manifest": manifest.to_wire()}, indent=2
+            )
+        )
+        return
+    click.echo(f"source:  {source}")
+    click.echo(f"size:    {size / 1024:.1f} KiB")
+    _print_summary(manifest)
+    click.echo("argument schema:")
+    click.echo(_indent(yaml.safe_dump(manifest.argument_schema, sort_keys=False), 2), nl=False)
+
+
+def _inspect_image(reference: str) -> tuple[PackageManifest, int, str]:
+    """Image inspection (the image code lives with ``nwb package build``)."""
+    from playbook_adapter import imaging  # noqa: PLC0415 - needs a container engine; load lazily
+
+    if not imaging.looks_like_image(reference):
+        raise click.BadParameter(f"{reference}: neither a directory nor an image reference")
+    info = imaging.inspect_image(imaging.detect_engine(), reference)
+    if info.manifest is None:
+        raise click.ClickException(f"{reference}: no {MANIFEST_FILE} in the image")
+    return info.manifest, info.size_bytes, f"{reference} ({info.image_id[:19]})"
+
+
+@click.command(name="test")
+@click.argument("role_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Root filesystem to run against (default: a throw-away copy of the cached base).",
+)
+@click.option(
+    "--stages",
+    default="apply,apply-check,config,config-check",
+    show_default=True,
+    help="Comma-separated stages.",
+)
+@click.option(
+    "--vars", "vars_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Vars file (YAML or JSON object).",
+)  # fmt: skip
+@click.option("--watch", is_flag=True, help="Re-run whenever the role or the vars file changes.")
+def test(
+    *, role_dir: Path, root: Path | None, stages: str, vars_file: Path | None, watch: bool
+) -> None:
+    """Run the stages against a root filesystem, isolated, with the node agent's code."""
+    from nodewright_bridge.sandbox import roletesting  # noqa: PLC0415 - Linux namespaces only
+
+    def once(target: Path) -> int:
+        try:
+            values = _read_vars(vars_file)
+            info = introspection.inspect_path(role_dir)
+            argspec.validate_vars(info.manifest.argument_schema, values)
+        except PackageError as exc:
+            for problem in exc.problems:
+                click.echo(f"error: {problem}", err=True)
+            return EXIT_BAD_INPUT
+        click.echo(f"--- {info.manifest.name} {info.manifest.version}: {stages} on {target}")
+        run = roletesting.run_stages(role_dir, target, stages, values=values)
+        _print_result(run.result)
+        return run.exit_code
+
+    def loop(target: Path) -> int:
+        code = once(target)
+        if not watch:
+            return code
+        from watchfiles import watch as watch_changes  # noqa: PLC0415 - only for --watch
+
+        paths = [role_dir, *([vars_file] if vars_file else [])]
+        click.echo("watching for changes (Ctrl-C to stop)")
+        for _ in watch_changes(*paths):
+            code = once(target)
+        return code
+
+    if root is not None:
+        if not root.is_dir():
+            click.echo(f"error: --root: {root} is not a directory", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        sys.exit(loop(root))
+    with roletesting.scratch_root() as scratch:
+        sys.exit(loop(scratch))
+
+
+def _read_vars(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise PackageError(f"--vars: {path}: not valid YAML/JSON: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise PackageError(f"--vars: {path}: must be a mapping of var name -> value")
+    return data
+
+
+def _print_summary(manifest: PackageManifest) -> None:
+    click.echo(f"package: {manifest.name} {manifest.version}")
+    if manifest.role_fqcn:
+        click.echo(f"role:    {manifest.role_fqcn}")
+    interrupt = manifest.interrupt
+    if interrupt is not None:
+        units = f" ({', '.join(interrupt.services)})" if interrupt.services else ""
+        click.echo(f"interrupt: {interrupt.type.value}{units}")
+    else:
+        click.echo("interrupt: none")
+    click.echo("stages:")
+    for stage, entry in manifest.stages.items():
+        kind = "" if entry.kind.value == "tasks" else f" ({entry.kind.value})"
+        click.echo(f"  {stage.value:<22} {entry.file}{kind}")
+    if manifest.collections:
+        bundled = ", ".join(f"{c.name} {c.version}".strip() for c in manifest.collections)
+        click.echo(f"collections: {bundled}")
+    if manifest.role_dependencies:
+        click.echo(f"role dependencies: {', '.join(manifest.role_dependencies)}")
+    if manifest.depends_on:
+        deps = ", ".join(f"{k} {v}" for k, v in manifest.depends_on.items())
+        click.echo(f"depends on: {deps}")
+
+
+def _print_result(result: AgentResult) -> None:
+    click.echo(f"{'stage':<22}{'status':<9}{'ok':>4}{'chg':>5}{'fail':>5}{'skip':>5}{'secs':>8}")
+    for stage in result.stages:
+        click.echo(
+            f"{stage.name:<22}{stage.status.value:<9}{stage.ok:>4}{stage.changed:>5}"
+            f"{stage.failed:>5}{stage.skipped:>5}{stage.duration_seconds:>8.1f}"
+        )
+    if result.failure is not None:
+        f = result.failure
+        click.echo(f"FAILED {f.stage}: {f.task} [{f.action}]: {f.message}")
+    if result.reboot_requested:
+        click.echo("the role requested a reboot (rebootRequested=true; not performed)")
+
+
+def _indent(text: str, spaces: int) -> str:
+    pad = " " * spaces
+    return "".join(pad + line for line in text.splitlines(keepends=True))
