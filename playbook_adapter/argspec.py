@@ -72,7 +72,7 @@ def option_schema(name: str, option: Mapping[str, Any]) -> dict[str, Any]:
         items: dict[str, Any] = dict(JSON_TYPES[element])
         if element == "dict" and isinstance(nested, Mapping):
             items.update(options_schema(nested, spec=option, closed=True, where=name))
-        if "choices" in schema and element != "dict":
+        if "enum" in schema and element != "dict":
             items["enum"] = schema.pop("enum")
         if items:
             schema["items"] = items
