@@ -301,8 +301,8 @@ class WatchStream:
         self._closed = True
         try:
             self._response.shutdown()  # unblocks a reader in another thread (urllib3 >= 2.3)
-        except AttributeError:
-            pass
+        except (AttributeError, RuntimeError):
+            pass  # old urllib3, or the stream ended and the connection went back to the pool
         except TRANSPORT_ERRORS:
             pass
         try:

@@ -136,6 +136,10 @@ class Informer:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def alive(self) -> bool:
+        """True while the informer thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
     def has_synced(self) -> bool:
         """True once the first full list is in the store."""
         return self._synced.is_set()
