@@ -238,7 +238,9 @@ def agent_requirements() -> list[str]:
 
 def _agent_base_key(base_id: str, requirements: Sequence[str]) -> str:
     digest = hashlib.sha256()
-    for part in (base_id, *requirements, "containerfile-v1"):
+    # The generated files are part of the key: changing how the base is built rebuilds it.
+    recipe = agent_base_containerfile(requirements, "") + _AGENT_SCRIPT
+    for part in (base_id, *requirements, recipe):
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()[:16]

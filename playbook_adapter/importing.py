@@ -23,11 +23,12 @@ group_vars, play ``vars``,    every package's ``vars`` (later wins: group vars b
                               one CR value and is reported. ``ansible_*`` connection vars are
                               dropped (the agent connects to its node itself).
 ``serial``                    budget = the last entry (count or percent: Ansible repeats it);
-                              strategy from the entries before it, percents resolved against the
-                              inventory's host count: one size -> fixed; growing -> the better fit
-                              of linear (constant delta) and exponential (integer factor), ties to
-                              exponential because Ansible jumps to the last size as soon as the
-                              list ends. No ``serial`` -> 100 % (Ansible runs all hosts at once).
+                              strategy from the strictly growing leading entries (percents
+                              resolved against the inventory's host count): one size -> fixed;
+                              growing -> the better fit of linear (constant delta) and
+                              exponential (integer factor), ties to exponential because Ansible
+                              jumps to the last size as soon as the list ends. No ``serial``
+                              -> 100 % (Ansible runs all hosts at once).
 ``max_fail_percentage``       ``batchThreshold = 100 - max_fail_percentage`` (min 1) and
                               ``failureThreshold: 1`` (Ansible aborts the play).
 ``any_errors_fatal``          ``batchThreshold: 100``, ``failureThreshold: 1``.
@@ -552,11 +553,12 @@ def fit_strategy(
     budget = {"percent": int(last[:-1])} if isinstance(last, str) else {"count": int(last)}
 
     kind, params, shape = "fixed", {"initialBatch": sizes[0]}, f"fixed batches of {sizes[0]}"
-    # Fit the growth on the longest non-decreasing prefix: a trailing percent that resolves
-    # below the previous count (a small inventory) is still the ceiling, not a shrink.
+    # Fit the growth on the longest strictly growing prefix: a trailing percent that resolves to
+    # the previous count or below (a small inventory) is the ceiling being reached, which the
+    # budget already expresses, not a plateau or a shrink to fit.
     prefix = [sizes[0]]
     for size in sizes[1:]:
-        if size < prefix[-1]:
+        if size <= prefix[-1]:
             break
         prefix.append(size)
     if len(prefix) > 1 and prefix[-1] > prefix[0]:

@@ -69,6 +69,7 @@ def build(
 ) -> None:
     """Build the OCI image of the package in ROLE_DIR (run `nwb package init` first)."""
     try:
+        imaging.load_role_manifest(role_dir)  # bad input first, before looking for an engine
         runner = imaging.detect_engine(engine)
         started = time.monotonic()
         result = imaging.build_package(

@@ -313,3 +313,32 @@ def test_the_cli_exits_2_with_one_line_per_problem_for_an_unmapped_group() -> No
     assert result.exit_code == 2
     assert "error: " in result.stderr and "'gpu_a100' has no --group-label mapping" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_the_example_gpu_fleet_playbook_imports_with_versions_and_interrupts_from_the_roles() -> (
+    None
+):
+    example = Path(__file__).resolve().parents[3] / "examples"
+    playbook = example / "playbooks" / "gpu-fleet"
+    options = ImportOptions(
+        group_labels=importing.parse_group_labels(
+            [
+                "gpu_workers=node-role.kubernetes.io/gpu-worker=true",
+                "canary=rollout.example.com/canary=true",
+            ]
+        ),
+        roles_paths=(example / "roles",),
+    )
+    result = import_playbook(
+        playbook / "site.yml", inventory=playbook / "inventory" / "hosts.yml", options=options
+    )
+    tuning = load_nodewright(_doc(result, "NodeWright", "node-tuning-for-gpu-workers"))
+    assert list(tuning.spec.packages) == ["sysctl-tuning", "kmod-blacklist", "grub-params"]
+    grub = tuning.spec.packages["grub-params"]
+    assert grub.interrupt is not None and grub.interrupt.type == "reboot"
+    assert grub.vars["grub_params_cmdline"] == ["transparent_hugepage=never", "iommu=pt"]
+    assert tuning.spec.packages["kmod-blacklist"].vars["kmod_blacklist_modules"][-1] == "pcspkr"
+    policy = load_policy(_doc(result, "DeploymentPolicy", "node-tuning-for-gpu-workers"))
+    strategy = policy.spec.default.strategy.exponential
+    assert strategy is not None and (strategy.initial_batch, strategy.growth_factor) == (1, 2)
+    assert policy.spec.default.budget.percent == 25
