@@ -1,0 +1,152 @@
+"""Shared fixtures for tests against the sandbox control plane.
+
+- ``sandbox`` (session): etcd + kube-apiserver + kube-controller-manager + kube-scheduler on
+  loopback and a simulated kubelet serving ``SANDBOX_NODES`` simulate-mode nodes. Started once per
+  test session; every test isolates itself by namespace.
+- ``control_plane`` (session): ``sandbox.control_plane``, for tests that only need the apiserver.
+- ``kube`` (per test): a ``Kube`` with ready-made API objects and helpers whose objects are
+  cleaned up after the test: ``namespace()``, ``add_nodes()``, ``cordon()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from nodewright_bridge.sandbox import Sandbox, binaries
+from nodewright_bridge.sandbox.controlplane import ControlPlane
+from nodewright_bridge.sandbox.kubelet.nodes import SimNode
+
+SANDBOX_NODES = 4
+SANDBOX_POOL_LABEL = "sandbox.nodewright.io/pool"
+# Generous waits: a busy 2-core CI box; nothing in the sandbox should need more than a few seconds.
+WAIT_SECONDS = 60.0
+
+
+def wait_for(check: Callable[[], Any], *, timeout: float = WAIT_SECONDS, what: str = "") -> Any:
+    """Poll ``check`` until it returns something truthy, which is returned; fail on timeout."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what or check}: {last!r}")
+
+
+@pytest.fixture(scope="session")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    found = binaries.find_all(binaries.REQUIRED)
+    missing = [name for name, binary in found.items() if binary is None]
+    if missing:
+        pytest.skip(f"control-plane binaries missing ({', '.join(missing)}); run `make setup`")
+    box = Sandbox(
+        tmp_path_factory.mktemp("sandbox"),
+        nodes=SANDBOX_NODES,
+        labels={SANDBOX_POOL_LABEL: "default"},
+    )
+    box.start()
+    try:
+        yield box
+    finally:
+        box.stop()
+
+
+@pytest.fixture(scope="session")
+def control_plane(sandbox: Sandbox) -> ControlPlane:
+    assert sandbox.control_plane is not None
+    return sandbox.control_plane
+
+
+@pytest.fixture(scope="session")
+def kube_client(sandbox: Sandbox) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=str(sandbox.kubeconfig))
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+class Kube:
+    """API objects for one test plus helpers that undo what they create."""
+
+    def __init__(self, api: client.ApiClient, sandbox: Sandbox) -> None:
+        self.api = api
+        self.sandbox = sandbox
+        self.kubeconfig: Path = sandbox.kubeconfig
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.policy = client.PolicyV1Api(api)
+        self.ext = client.ApiextensionsV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self._namespaces: list[str] = []
+        self._nodes: list[str] = []
+        self._cordoned: list[str] = []
+        self._cleanups: list[Callable[[], None]] = []
+
+    def namespace(self, prefix: str = "t") -> str:
+        """A fresh namespace whose ``default`` ServiceAccount exists (pods can be created)."""
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        self._namespaces.append(name)
+
+        def has_default_account() -> bool:
+            try:
+                self.core.read_namespaced_service_account("default", name)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                raise
+            return True
+
+        wait_for(has_default_account, what=f"ServiceAccount {name}/default")
+        return name
+
+    def add_nodes(self, count: int = 1, *, labels: dict[str, str] | None = None) -> list[SimNode]:
+        """Extra simulated nodes for this test only (removed afterwards)."""
+        assert self.sandbox.kubelet is not None
+        prefix = f"t-{uuid.uuid4().hex[:6]}-"
+        nodes = self.sandbox.kubelet.add_nodes(
+            [f"{prefix}{i}" for i in range(count)], labels=labels or {SANDBOX_POOL_LABEL: "test"}
+        )
+        self._nodes += [node.name for node in nodes]
+        return nodes
+
+    def cordon(self, node: str) -> None:
+        self.core.patch_node(node, {"spec": {"unschedulable": True}})
+        self._cordoned.append(node)
+
+    def defer(self, cleanup: Callable[[], None]) -> None:
+        self._cleanups.append(cleanup)
+
+    def cleanup(self) -> None:
+        for cleanup in reversed(self._cleanups):
+            with contextlib.suppress(Exception):
+                cleanup()
+        for node in self._cordoned:
+            with contextlib.suppress(ApiException):
+                self.core.patch_node(node, {"spec": {"unschedulable": False}})
+        for name in self._namespaces:
+            with contextlib.suppress(ApiException):
+                self.core.delete_namespace(name)
+        if self._nodes and self.sandbox.kubelet is not None:
+            with contextlib.suppress(Exception):
+                self.sandbox.kubelet.remove_nodes(self._nodes)
+
+
+@pytest.fixture
+def kube(kube_client: client.ApiClient, sandbox: Sandbox) -> Iterator[Kube]:
+    helper = Kube(kube_client, sandbox)
+    try:
+        yield helper
+    finally:
+        helper.cleanup()

@@ -1,0 +1,326 @@
+"""The sandbox behaves like a small real cluster: CRDs, PDB-guarded evictions, scheduling of a
+Deployment's pods onto simulated nodes, simulated package pods, deletions and reboots."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Kube, wait_for
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from lifecycle.results import parse_termination_message
+from nodewright_bridge.sandbox import binaries, supervisor
+from nodewright_bridge.sandbox.kubelet.runners import (
+    DURATION_ANNOTATION,
+    EXIT_CODE_ANNOTATION,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    MESSAGE_ANNOTATION,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _deployment(namespace: str, name: str, replicas: int) -> client.V1Deployment:
+    labels = {"app": name}
+    return client.V1Deployment(
+        metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+        spec=client.V1DeploymentSpec(
+            replicas=replicas,
+            selector=client.V1LabelSelector(match_labels=labels),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels),
+                spec=client.V1PodSpec(
+                    containers=[client.V1Container(name="app", image="registry.invalid/web:1")],
+                    termination_grace_period_seconds=30,
+                ),
+            ),
+        ),
+    )
+
+
+def _ready_pods(kube: Kube, namespace: str, selector: str) -> list[client.V1Pod]:
+    pods = kube.core.list_namespaced_pod(namespace, label_selector=selector).items
+    return [
+        pod
+        for pod in pods
+        if pod.metadata.deletion_timestamp is None
+        and pod.status.phase == "Running"
+        and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+    ]
+
+
+def _evict(kube: Kube, namespace: str, pod: str) -> int:
+    """POST an Eviction; the HTTP status (201 on success, 429 when a PDB forbids it)."""
+    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=namespace))
+    try:
+        kube.core.create_namespaced_pod_eviction(pod, namespace, body)
+    except ApiException as exc:
+        return int(exc.status)
+    return 201
+
+
+def _pod(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
+    metadata = spec.pop("metadata", {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, **metadata},
+        "spec": {"containers": [{"name": "main", "image": "registry.invalid/x:1"}], **spec},
+    }
+
+
+def test_the_api_server_serves_a_crd_and_its_objects(kube: Kube) -> None:
+    group = f"g{uuid.uuid4().hex[:6]}.sandbox.test"
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"widgets.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {"size": {"type": "integer"}},
+                                }
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    kube.ext.create_custom_resource_definition(crd)
+    kube.defer(lambda: kube.ext.delete_custom_resource_definition(f"widgets.{group}"))
+
+    def established() -> bool:
+        found = kube.ext.read_custom_resource_definition(f"widgets.{group}")
+        return any(
+            c.type == "Established" and c.status == "True" for c in found.status.conditions or []
+        )
+
+    wait_for(established, what="CRD Established")
+    namespace = kube.namespace("crd")
+    body = {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w1"}}
+    body["spec"] = {"size": 3}
+    kube.custom.create_namespaced_custom_object(group, "v1", namespace, "widgets", body)
+    got = kube.custom.get_namespaced_custom_object(group, "v1", namespace, "widgets", "w1")
+    assert got["spec"] == {"size": 3}
+
+
+def test_an_eviction_is_refused_with_429_while_a_pdb_forbids_it_and_accepted_once_it_allows(
+    kube: Kube,
+) -> None:
+    namespace = kube.namespace("pdb")
+    kube.apps.create_namespaced_deployment(namespace, _deployment(namespace, "web", 2))
+    ready = wait_for(lambda: len(_ready_pods(kube, namespace, "app=web")) == 2, what="2 ready")
+    assert ready
+    pdb = client.V1PodDisruptionBudget(
+        metadata=client.V1ObjectMeta(name="web"),
+        spec=client.V1PodDisruptionBudgetSpec(
+            min_available=2, selector=client.V1LabelSelector(match_labels={"app": "web"})
+        ),
+    )
+    kube.policy.create_namespaced_pod_disruption_budget(namespace, pdb)
+
+    def budget(allowed: int) -> bool:
+        got = kube.policy.read_namespaced_pod_disruption_budget("web", namespace)
+        return (
+            got.status is not None
+            and got.status.observed_generation == got.metadata.generation
+            and got.status.current_healthy == 2
+            and got.status.disruptions_allowed == allowed
+        )
+
+    wait_for(lambda: budget(0), what="PDB observed with 0 disruptions allowed")
+    victim = _ready_pods(kube, namespace, "app=web")[0].metadata.name
+    assert _evict(kube, namespace, victim) == 429
+
+    kube.policy.patch_namespaced_pod_disruption_budget(
+        "web", namespace, {"spec": {"minAvailable": 1}}
+    )
+    wait_for(lambda: budget(1), what="PDB observed with 1 disruption allowed")
+    assert _evict(kube, namespace, victim) == 201
+
+    def victim_gone() -> bool:
+        try:
+            kube.core.read_namespaced_pod(victim, namespace)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(victim_gone, what="the evicted pod deleted by the kubelet")
+
+
+def test_a_deployment_runs_on_simulated_nodes_and_moves_after_a_cordon_and_an_eviction(
+    kube: Kube,
+) -> None:
+    namespace = kube.namespace("deploy")
+    kube.apps.create_namespaced_deployment(namespace, _deployment(namespace, "web", 3))
+
+    def three_ready() -> list[client.V1Pod] | None:
+        pods = _ready_pods(kube, namespace, "app=web")
+        return pods if len(pods) == 3 else None
+
+    pods = wait_for(three_ready, what="3 ready pods")
+    served = set(kube.sandbox.kubelet.nodes) if kube.sandbox.kubelet else set()
+    assert {pod.spec.node_name for pod in pods} <= served
+    victim = pods[0]
+    node = victim.spec.node_name
+    kube.cordon(node)
+    assert _evict(kube, namespace, victim.metadata.name) == 201
+
+    def replaced() -> list[client.V1Pod] | None:
+        now = _ready_pods(kube, namespace, "app=web")
+        names = {pod.metadata.name for pod in now}
+        if len(now) == 3 and victim.metadata.name not in names:
+            return now
+        return None
+
+    after = wait_for(replaced, what="a replacement pod Ready")
+    old = {pod.metadata.name for pod in pods}
+    newcomer = next(pod for pod in after if pod.metadata.name not in old)
+    assert newcomer.spec.node_name != node
+    assert newcomer.spec.node_name in served
+
+
+def test_a_simulated_reboot_changes_the_boot_id_and_fails_the_running_pods_then_the_node_is_ready(
+    kube: Kube,
+) -> None:
+    (node,) = kube.add_nodes(1)
+    namespace = kube.namespace("reboot")
+    kube.core.create_namespaced_pod(namespace, _pod(namespace, "sleeper", nodeName=node.name))
+    wait_for(lambda: _ready_pods(kube, namespace, ""), what="pod Running")
+    before = kube.core.read_node(node.name).status.node_info.boot_id
+
+    node.request_reboot()
+    seen_not_ready = False
+
+    def rebooted() -> bool:
+        nonlocal seen_not_ready
+        current = kube.core.read_node(node.name)
+        ready = next(c.status for c in current.status.conditions if c.type == "Ready")
+        seen_not_ready = seen_not_ready or ready == "False"
+        return current.status.node_info.boot_id != before and ready == "True" and seen_not_ready
+
+    wait_for(rebooted, what="new bootID, NotReady, then Ready")
+    pod = kube.core.read_namespaced_pod("sleeper", namespace)
+    assert pod.status.phase == "Failed"
+    assert pod.status.reason == "NodeRebooted"
+    assert pod.status.container_statuses[0].state.terminated is not None
+
+
+def test_simulated_package_pods_end_as_their_annotations_say(kube: Kube) -> None:
+    namespace = kube.namespace("pkg")
+    package = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, "bridge.nodewright.io/package": "demo"}
+    node = next(iter(kube.sandbox.kubelet.nodes)) if kube.sandbox.kubelet else ""
+    ok = _pod(
+        namespace,
+        "ok",
+        nodeName=node,
+        restartPolicy="Never",
+        metadata={"labels": package, "annotations": {DURATION_ANNOTATION: "200ms"}},
+    )
+    bad_notes = {DURATION_ANNOTATION: "0s", EXIT_CODE_ANNOTATION: "3", MESSAGE_ANNOTATION: "boom"}
+    bad = _pod(
+        namespace,
+        "bad",
+        nodeName=node,
+        restartPolicy="Never",
+        initContainers=[{"name": "first", "image": "registry.invalid/x:1"}],
+        metadata={"labels": package, "annotations": bad_notes},
+    )
+    kube.core.create_namespaced_pod(namespace, ok)
+    kube.core.create_namespaced_pod(namespace, bad)
+
+    def phase(name: str) -> str:
+        return str(kube.core.read_namespaced_pod(name, namespace).status.phase)
+
+    wait_for(lambda: phase("ok") == "Succeeded", what="ok Succeeded")
+    wait_for(lambda: phase("bad") == "Failed", what="bad Failed")
+    done = kube.core.read_namespaced_pod("ok", namespace).status.container_statuses[0]
+    result = parse_termination_message(done.state.terminated.message)
+    assert result.succeeded and result.package == "demo"
+    failed = kube.core.read_namespaced_pod("bad", namespace).status
+    terminated = failed.init_container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.message) == (3, "boom")
+
+
+def test_a_workload_pod_with_a_grace_period_is_deleted_by_the_kubelet(kube: Kube) -> None:
+    namespace = kube.namespace("del")
+    kube.core.create_namespaced_pod(
+        namespace, _pod(namespace, "p", terminationGracePeriodSeconds=300)
+    )
+    wait_for(lambda: _ready_pods(kube, namespace, ""), what="pod Running")
+    kube.core.delete_namespaced_pod("p", namespace)
+
+    def gone() -> bool:
+        return not kube.core.list_namespaced_pod(namespace).items
+
+    wait_for(gone, timeout=20, what="pod deleted well before its 300s grace period")
+
+
+def _nwb(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    nwb = Path(sys.executable).parent / "nwb"
+    return subprocess.run(
+        [str(nwb), *args], capture_output=True, text=True, timeout=300, env=env, check=False
+    )
+
+
+def test_nwb_sandbox_up_status_env_down_round_trip(tmp_path: Path) -> None:
+    state = tmp_path / "sb"
+    flags = ["--state-dir", str(state)]
+    up = _nwb("sandbox", "up", "--nodes", "2", "--labels", "zone=a,tier=x", *flags)
+    try:
+        assert up.returncode == 0, up.stderr + up.stdout
+        kubeconfig = state / "controlplane" / "admin.kubeconfig"
+        assert f"export KUBECONFIG={kubeconfig}" in up.stdout
+        status = _nwb("sandbox", "status", *flags)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "nodes: 2/2 Ready" in status.stdout
+        env = _nwb("sandbox", "env", *flags)
+        assert env.stdout.strip().splitlines()[0] == f"export KUBECONFIG={kubeconfig}"
+        kubectl = _kubectl(kubeconfig, "get", "nodes", "-l", "zone=a,tier=x", "-o", "json")
+        assert len(json.loads(kubectl)["items"]) == 2
+        pid = json.loads((state / "state.json").read_text())["pid"]
+    finally:
+        down = _nwb("sandbox", "down", *flags)
+    assert down.returncode == 0 and "sandbox stopped" in down.stdout
+    assert not (state / "state.json").exists()
+    assert not supervisor.pid_alive(pid)
+    assert _nwb("sandbox", "status", *flags).returncode == 1
+
+
+def _kubectl(kubeconfig: Path, *args: str) -> str:
+    found = binaries.find("kubectl")
+    assert found is not None
+    deadline = time.monotonic() + 30
+    while True:
+        done = subprocess.run(
+            [str(found.path), "--kubeconfig", str(kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode == 0 or time.monotonic() > deadline:
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+        time.sleep(0.5)
