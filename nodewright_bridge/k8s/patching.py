@@ -71,6 +71,11 @@ class Writer:
         if self._guard is not None and not self._guard():
             raise LeadershipLostError("not the leader: refusing to write")
 
+    def ensure_leading(self) -> None:
+        """Raise ``LeadershipLostError`` unless writes are allowed (for writes made elsewhere,
+        e.g. creates and evictions through ``Rest``)."""
+        self._check()
+
     # -- single conditional writes -----------------------------------------------------------
 
     def merge_patch(
