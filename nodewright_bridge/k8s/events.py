@@ -18,6 +18,7 @@ import enum
 import hashlib
 import logging
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -178,7 +179,11 @@ class EventRecorder:
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{regarding.name[:200]}.", "namespace": namespace},
+            # client-go's naming: <object>.<unique hex>; generateName would reject "name." prefixes
+            "metadata": {
+                "name": f"{regarding.name[:200]}.{uuid.uuid4().hex[:16]}",
+                "namespace": namespace,
+            },
             "eventTime": now,
             "reportingController": REPORTING_CONTROLLER,
             "reportingInstance": self._instance,

@@ -198,7 +198,7 @@ class LeaderElector:
         }
         if holder != self.identity:
             new_spec["acquireTime"] = now
-            new_spec["leaseTransitions"] = transitions + (1 if holder else 0)
+            new_spec["leaseTransitions"] = transitions + 1
         body = {**lease, "spec": new_spec}
         try:
             updated = self._rest.replace(LEASES, self.name, body, namespace=self.namespace)
