@@ -1,0 +1,185 @@
+"""Pure pieces of the runtime: request classification, store indexes, slimming, JSON logs, and
+the controller command's refusal to run without a reconciler."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+from click.testing import CliRunner
+
+from nodewright_bridge.commands import controller
+from nodewright_bridge.k8s.client import classify_request
+from nodewright_bridge.k8s.slimming import slim_node, slim_pod
+from nodewright_bridge.k8s.store import Store, by_label, by_node_name, object_key
+from nodewright_bridge.runtime import logformat
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "expected"),
+    [
+        ("GET", "https://h/api/v1/nodes?watch=true&resourceVersion=5", ("watch", "nodes")),
+        ("GET", "https://h/api/v1/nodes", ("list", "nodes")),
+        ("GET", "https://h/api/v1/nodes/n1", ("get", "nodes")),
+        ("PATCH", "https://h/api/v1/nodes/n1/status", ("patch", "nodes/status")),
+        ("POST", "https://h/api/v1/namespaces/x/pods/p/eviction", ("create", "pods/eviction")),
+        ("GET", "https://h/api/v1/namespaces/x/pods", ("list", "pods")),
+        ("GET", "https://h/api/v1/namespaces/x", ("get", "namespaces")),
+        ("PUT", "https://h/api/v1/namespaces/x/finalize", ("update", "namespaces/finalize")),
+        ("DELETE", "https://h/api/v1/namespaces/x/pods", ("deletecollection", "pods")),
+        (
+            "PUT",
+            "https://h/apis/coordination.k8s.io/v1/namespaces/s/leases/l",
+            ("update", "leases"),
+        ),
+        (
+            "PATCH",
+            "https://h/apis/bridge.nodewright.io/v1alpha1/nodewrights/a/status",
+            ("patch", "nodewrights/status"),
+        ),
+        ("GET", "https://h/version", ("get", "/version")),
+    ],
+)
+def test_requests_are_classified_by_kubernetes_verb_and_resource(
+    method: str, url: str, expected: tuple[str, str]
+) -> None:
+    assert classify_request(method, url) == expected
+
+
+def pod(name: str, node: str | None, **labels: str) -> dict[str, object]:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "labels": labels},
+        "spec": {"nodeName": node} if node else {},
+    }
+
+
+def test_the_store_indexes_follow_updates_and_deletes() -> None:
+    store = Store({"node": by_node_name, "app": by_label("app")})
+    store.put("ns/a", pod("a", "n1", app="web"))
+    store.put("ns/b", pod("b", "n1", app="db"))
+    store.put("ns/c", pod("c", None, app="web"))
+    assert sorted(o["metadata"]["name"] for o in store.by_index("node", "n1")) == ["a", "b"]
+    assert sorted(o["metadata"]["name"] for o in store.by_index("app", "web")) == ["a", "c"]
+    store.put("ns/a", pod("a", "n2", app="db"))
+    assert [o["metadata"]["name"] for o in store.by_index("node", "n1")] == ["b"]
+    assert [o["metadata"]["name"] for o in store.by_index("app", "web")] == ["c"]
+    store.delete("ns/b")
+    assert store.by_index("node", "n1") == []
+    assert sorted(store.index_values("node")) == ["n2"]
+    assert len(store) == 2
+
+
+def test_object_keys_are_namespace_slash_name_or_just_name() -> None:
+    assert object_key({"metadata": {"name": "p", "namespace": "ns"}}) == "ns/p"
+    assert object_key({"metadata": {"name": "node-1"}}) == "node-1"
+
+
+def test_slim_nodes_keep_what_the_controller_reads_and_drop_the_bulk() -> None:
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": "n1",
+            "resourceVersion": "7",
+            "labels": {"a": "b"},
+            "annotations": {
+                "bridge.nodewright.io/state-x": "{}",
+                "kubectl.kubernetes.io/last-applied-configuration": "{...}",
+            },
+            "managedFields": [{"manager": "kubelet"}] * 10,
+        },
+        "spec": {
+            "unschedulable": True,
+            "taints": [{"key": "k", "effect": "NoSchedule"}],
+            "podCIDR": "10.0.0.0/24",
+        },
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "t"}],
+            "nodeInfo": {"bootID": "boot-1", "kernelVersion": "6"},
+            "images": [{"names": ["x"] * 5, "sizeBytes": 1}] * 50,
+        },
+    }
+    slim = slim_node(node)
+    assert slim["metadata"]["annotations"] == {"bridge.nodewright.io/state-x": "{}"}
+    assert "managedFields" not in slim["metadata"]
+    assert slim["spec"] == {"unschedulable": True, "taints": [{"key": "k", "effect": "NoSchedule"}]}
+    assert slim["status"] == {
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "nodeInfo": {"bootID": "boot-1"},
+    }
+    assert len(json.dumps(slim)) < len(json.dumps(node)) / 3
+
+
+def test_slim_pods_keep_owner_volume_types_and_termination_messages() -> None:
+    pod_obj = {
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "ownerReferences": [{"kind": "DaemonSet", "name": "ds"}],
+            "managedFields": [{}],
+        },
+        "spec": {
+            "nodeName": "n1",
+            "restartPolicy": "Never",
+            "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}],
+            "containers": [{"name": "c", "image": "i", "env": [{"name": "X", "value": "y"}]}],
+        },
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {
+                    "name": "c",
+                    "state": {"terminated": {"exitCode": 2, "message": '{"v":1}'}},
+                    "imageID": "sha",
+                }
+            ],
+        },
+    }
+    slim = slim_pod(pod_obj)
+    assert slim["metadata"]["ownerReferences"] == [{"kind": "DaemonSet", "name": "ds"}]
+    assert slim["spec"]["volumes"] == [{"name": "scratch", "emptyDir": {}}]
+    assert slim["spec"]["containers"] == [{"name": "c", "image": "i"}]
+    terminated = slim["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated == {"exitCode": 2, "message": '{"v":1}'}
+
+
+def test_json_logs_put_extra_values_at_the_top_level() -> None:
+    stream = io.StringIO()
+    logformat.configure(logformat.LogFormat.JSON, stream=stream)
+    try:
+        logging.getLogger("nodewright_bridge.test").info(
+            "became leader", extra={"identity": "a_1", "lease": "l"}
+        )
+    finally:
+        logging.getLogger().handlers.clear()
+    entry = json.loads(stream.getvalue())
+    assert entry["msg"] == "became leader"
+    assert entry["level"] == "info"
+    assert entry["identity"] == "a_1"
+    assert entry["lease"] == "l"
+
+
+def test_text_logs_append_extra_values_as_key_value_pairs() -> None:
+    stream = io.StringIO()
+    logformat.configure(logformat.LogFormat.TEXT, stream=stream)
+    try:
+        logging.getLogger("nodewright_bridge.test").warning("x", extra={"key": "cr-1"})
+    finally:
+        logging.getLogger().handlers.clear()
+    assert stream.getvalue().rstrip().endswith("x key=cr-1")
+
+
+def test_the_controller_refuses_to_start_without_a_reconciler() -> None:
+    result = CliRunner().invoke(
+        controller.command, ["--reconciler-module", "nodewright_bridge.no_such_reconciler"]
+    )
+    assert result.exit_code == 1
+    assert "no reconciler is registered" in result.output
+    logging.getLogger().handlers.clear()
+
+
+def test_a_reconciler_module_without_a_factory_is_refused_too() -> None:
+    with pytest.raises(Exception, match="has no build_reconciler"):
+        controller.load_reconciler_factory("nodewright_bridge.errors")
