@@ -67,12 +67,31 @@ def command() -> None:
 @click.option("--mode", type=click.Choice(MODES), default="simulate", show_default=True)
 @click.option("--registry", is_flag=True, help="Also run a local image registry.")
 @click.option("--node-prefix", default="node-", show_default=True)
+@click.option(
+    "--image-map",
+    multiple=True,
+    metavar="REPO=DIR",
+    help="exec mode: run image repository REPO from local package directory DIR (repeatable).",
+)
 @state_dir_option
 def up(  # noqa: PLR0917 - click passes options positionally
-    nodes: int, labels: str, mode: str, registry: bool, node_prefix: str, state_dir: Path | None
+    nodes: int,
+    labels: str,
+    mode: str,
+    registry: bool,
+    node_prefix: str,
+    image_map: tuple[str, ...],
+    state_dir: Path | None,
 ) -> None:
     """Start a sandbox in the background and wait until it is ready."""
     parsed, problems = parse_labels(labels)
+    images: dict[str, str] = {}
+    for index, item in enumerate(image_map):
+        repo, sep, package_dir = item.partition("=")
+        if not sep or not repo or not Path(package_dir).is_dir():
+            problems.append(f"--image-map[{index}]: expected REPO=existing-dir, got {item!r}")
+            continue
+        images[repo] = str(Path(package_dir).resolve())
     if problems:
         for problem in problems:
             click.echo(problem, err=True)
@@ -84,7 +103,12 @@ def up(  # noqa: PLR0917 - click passes options positionally
         click.echo(f"export KUBECONFIG={existing.get('kubeconfig', '')}")
         sys.exit(1)
     request = supervisor.Request(
-        nodes=nodes, labels=parsed, mode=mode, registry=registry, node_prefix=node_prefix
+        nodes=nodes,
+        labels=parsed,
+        mode=mode,
+        registry=registry,
+        node_prefix=node_prefix,
+        image_map=images,
     )
     proc = supervisor.spawn(directory, request)
     console = Console(stderr=True)

@@ -37,6 +37,8 @@ class Request:
     mode: str = "simulate"
     registry: bool = False
     node_prefix: str = "node-"
+    # exec mode: image repository -> local package directory
+    image_map: dict[str, str] = field(default_factory=dict)
 
 
 def state_path(state_dir: Path) -> Path:
@@ -163,6 +165,7 @@ def run(state_dir: Path, request: Request) -> int:
         mode=request.mode,
         registry=request.registry,
         node_prefix=request.node_prefix,
+        image_map={repo: Path(path) for repo, path in request.image_map.items()},
     )
     try:
         sandbox.start(progress=progress)

@@ -187,6 +187,7 @@ class Kubelet:
         self._reboots_requested: set[str] = set()
         self._ready_again: dict[str, float] = {}  # node -> monotonic time to report Ready
         self._pod_counter: dict[str, int] = {}
+        self._next_index = 0
         self.watch_synced = threading.Event()
 
     # --- nodes ----------------------------------------------------------------------------
@@ -201,7 +202,9 @@ class Kubelet:
         """Register nodes (in parallel) and return them; existing Node objects are taken over."""
         created: list[SimNode] = []
         with self._lock:
-            base = len(self.nodes)
+            base = self._next_index  # never reused, so addresses and machine ids stay unique
+            names = list(names)
+            self._next_index += len(names)
             for offset, name in enumerate(names):
                 index = base + offset
                 merged = {**(labels or {}), **(node_labels(name, index) if node_labels else {})}
