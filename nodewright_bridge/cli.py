@@ -17,6 +17,7 @@ from nodewright_bridge import __version__
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "crds": ("crds", "Print the CustomResourceDefinitions generated from the API models."),
     "plan": ("plan", "Show which nodes go in which batch, before anything is applied."),
+    "status": ("status", "Live progress of a rollout: compartments, batches, every node."),
     "sandbox": ("sandbox", "A real control plane on loopback with simulated nodes."),
     "package": ("package", "Wrap Ansible roles as NodeWright packages; build, inspect, test."),
     "import": ("importing", "Turn existing playbooks into NodeWright CRs and policies."),
