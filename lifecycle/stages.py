@@ -816,7 +816,9 @@ def _prepare(work: _Work, keys: Sequence[str]) -> bool:
     facts = inp.node
     cr = inp.cr.metadata.name
     holders = facts.cordon.holders if facts.cordon is not None else []
-    if cr not in holders or not facts.unschedulable:
+    if (cr not in holders or not facts.unschedulable) and not any(
+        isinstance(a, Cordon) for a in work.actions
+    ):
         was = facts.unschedulable if facts.cordon is None else facts.cordon.was_unschedulable
         work.actions.append(Cordon(node=facts.name, holder=cr, was_unschedulable=was))
     if not facts.unschedulable:
@@ -849,16 +851,24 @@ def _prepare(work: _Work, keys: Sequence[str]) -> bool:
             _record_failure(work, key, stage, "", why, final=True)
         return False
     _wake(work, deadline)
+    action: Action
     if facts.non_interrupt_pods:
         selector = inp.cr.spec.pod_non_interrupt_labels
         assert selector is not None  # the reconciler counts such pods only for a selector
-        work.actions.append(WaitForPods(node=facts.name, selector=selector, deadline=deadline))
-        work.notes.append("waiting for podNonInterruptLabels pods")
+        action = WaitForPods(node=facts.name, selector=selector, deadline=deadline)
+        note = "waiting for podNonInterruptLabels pods"
     else:
-        work.actions.append(
-            Drain(node=facts.name, cr=cr, deadline=deadline, options=inp.cr.spec.drain)
-        )
-        work.notes.append(f"draining ({facts.pods_to_evict} pod(s) to evict)")
+        action = Drain(node=facts.name, cr=cr, deadline=deadline, options=inp.cr.spec.drain)
+        note = f"draining ({facts.pods_to_evict} pod(s) to evict)"
+    # One wait or drain per node and plan, with the earliest deadline of the packages asking.
+    for i, existing in enumerate(work.actions):
+        if type(existing) is type(action):
+            assert isinstance(existing, (WaitForPods, Drain))
+            if deadline < existing.deadline:
+                work.actions[i] = action
+            return False
+    work.actions.append(action)
+    work.notes.append(note)
     return False
 
 
@@ -911,7 +921,9 @@ def _drive_packages(work: _Work) -> None:
     inp = work.inp
     erroring = _node_erroring(work)
     work.interrupting = _owner(work) is not None
-    may_start = not inp.paused and (inp.allowed_to_start or (_node_started(work) and not erroring))
+    # Only a spec fix of the failed package itself may restart work on an erroring node.
+    may_retry = not inp.paused and inp.allowed_to_start
+    may_start = not inp.paused and not erroring and (inp.allowed_to_start or _node_started(work))
     for name, pkg, key in _spec_items(work):
         entry = work.state.get(key)
         other_live = any(k.partition("|")[0] == name and k != key for k in work.live_keys)
@@ -929,7 +941,7 @@ def _drive_packages(work: _Work) -> None:
         elif entry.state is StageState.IN_PROGRESS and entry.stage not in INTERRUPT_STAGES:
             _continue(work, name, pkg, key, entry)
         elif entry.state is StageState.ERRORING and entry.config_hash != config_hash(pkg):
-            _start(work, name, pkg, key, may_start=may_start, kind="retry")
+            _start(work, name, pkg, key, may_start=may_retry, kind="retry")
 
 
 def _deps_ready(work: _Work, name: str, pkg: Package) -> bool:

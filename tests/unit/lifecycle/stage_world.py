@@ -1,0 +1,172 @@
+"""A tiny in-memory node + executor for driving the pure stage planner in unit tests.
+
+It applies the planner's actions the way the real executor would (idempotently) and lets a test
+decide how pods end: succeed, fail, hang, or reboot the node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from lifecycle import actions as act
+from lifecycle.nodestate import CordonRecord, PackageState
+from lifecycle.results import AgentResult, Failure, StageResult, StageStatus
+from lifecycle.spec import NodeWright
+from lifecycle.stages import NodeFacts, NodeInput, NodePlan, PodObservation, PodPhase, plan_node
+from lifecycle.status import Status
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def make_cr(packages: dict[str, dict[str, Any]], **spec: Any) -> NodeWright:
+    full = {}
+    for name, pkg in packages.items():
+        full[name] = {"image": f"registry.local:5000/{name}", **pkg}
+    return NodeWright.model_validate(
+        {
+            "metadata": {"name": "tune", "uid": "uid-1", "generation": spec.pop("generation", 1)},
+            "spec": {"packages": full, **spec},
+        }
+    )
+
+
+def ok_result(stages: tuple[str, ...]) -> AgentResult:
+    return AgentResult(stages=[StageResult(name=s, status=StageStatus.OK) for s in stages])
+
+
+def failed_result(stage: str, task: str = "Set sysctl", message: str = "boom") -> AgentResult:
+    return AgentResult(
+        stages=[StageResult(name=stage, status=StageStatus.FAILED, failed=1)],
+        failure=Failure(stage=stage, task=task, message=message),
+    )
+
+
+@dataclass
+class World:
+    cr: NodeWright
+    node: NodeFacts = field(default_factory=lambda: NodeFacts(name="n1", boot_id="boot-0"))
+    state: dict[str, PackageState] = field(default_factory=dict)
+    pods: dict[str, PodObservation] = field(default_factory=dict)
+    now: datetime = T0
+    allowed: bool = True
+    status: Status | None = None
+    paused: bool = False
+    interrupt_kinds: dict[str, str] = field(default_factory=dict)
+    log: list[act.Action] = field(default_factory=list)
+    created: list[act.CreatePackagePod | act.CreateInterruptPod] = field(default_factory=list)
+    boots: int = 0
+
+    def input(self) -> NodeInput:
+        return NodeInput(
+            cr=self.cr,
+            node=self.node,
+            state=dict(self.state),
+            now=self.now,
+            allowed_to_start=self.allowed,
+            pods=tuple(self.pods[name] for name in sorted(self.pods)),
+            previous_status=self.status,
+            paused=self.paused,
+        )
+
+    def plan(self) -> NodePlan:
+        return plan_node(self.input())
+
+    def step(self) -> NodePlan:
+        plan = self.plan()
+        self.apply(plan)
+        return plan
+
+    # ---- the executor --------------------------------------------------------------------
+    def apply(self, plan: NodePlan) -> None:
+        for action in plan.actions:
+            self.log.append(action)
+            self._apply(action)
+
+    def _apply(self, a: act.Action) -> None:
+        node = self.node
+        if isinstance(a, act.PatchNodeState):
+            self.state.update(a.set)
+            for key in a.remove:
+                self.state.pop(key, None)
+        elif isinstance(a, act.SetNodeStatus):
+            self.status = a.status
+        elif isinstance(a, act.Cordon):
+            record = node.cordon or CordonRecord(was_unschedulable=a.was_unschedulable)
+            holders = sorted({*record.holders, a.holder})
+            self.node = replace(
+                node, unschedulable=True, cordon=record.model_copy(update={"holders": holders})
+            )
+        elif isinstance(a, act.Uncordon):
+            record = node.cordon or CordonRecord()
+            holders = [h for h in record.holders if h != a.holder]
+            if holders:
+                self.node = replace(node, cordon=record.model_copy(update={"holders": holders}))
+            else:
+                self.node = replace(node, cordon=None, unschedulable=record.was_unschedulable)
+        elif isinstance(a, act.Drain):
+            self.node = replace(node, pods_to_evict=0)
+        elif isinstance(a, act.CreatePackagePod):
+            name = f"{a.package}-{a.version}-{a.stages[0]}-a{a.attempt}"
+            if name not in self.pods:
+                self.created.append(a)
+                self.pods[name] = PodObservation(
+                    name, a.package, a.version, a.stages, a.attempt, PodPhase.PENDING
+                )
+        elif isinstance(a, act.CreateInterruptPod):
+            name = f"{a.package}-{a.version}-{a.stage.value}-a{a.attempt}"
+            if name not in self.pods:
+                self.created.append(a)
+                self.interrupt_kinds[name] = a.interrupt_type.value
+                self.pods[name] = PodObservation(
+                    name,
+                    a.package,
+                    a.version,
+                    (a.stage.value,),
+                    a.attempt,
+                    PodPhase.PENDING,
+                    interrupt=True,
+                )
+        elif isinstance(a, act.DeletePod):
+            self.pods.pop(a.name, None)
+
+    # ---- pods and time -------------------------------------------------------------------
+    def finish_pods(self, *, fail: str | None = None, reboot: bool = True) -> None:
+        """End every live pod: success (a reboot interrupt reboots the node) or ``fail``."""
+        for name, pod in list(self.pods.items()):
+            if not pod.live:
+                continue
+            if fail is not None and (fail == pod.package or fail == "*"):
+                result = failed_result(pod.stages[0])
+                self.pods[name] = replace(pod, phase=PodPhase.FAILED, result=result)
+            elif pod.interrupt and self.interrupt_kinds.get(name) == "reboot" and reboot:
+                self.reboot()
+                del self.pods[name]  # killed by the reboot
+            else:
+                self.pods[name] = replace(
+                    pod, phase=PodPhase.SUCCEEDED, result=ok_result(pod.stages)
+                )
+
+    def reboot(self) -> None:
+        self.boots += 1
+        self.node = replace(self.node, boot_id=f"boot-{self.boots}", ready=True)
+
+    def tick(self, delta: timedelta = timedelta(minutes=1)) -> None:
+        self.now += delta
+
+    def converge(self, *, limit: int = 60) -> int:
+        """Plan, apply, succeed every pod, advance time, until the node is complete."""
+        for steps in range(1, limit + 1):
+            plan = self.step()
+            if plan.status is Status.COMPLETE and not self.pods:
+                return steps
+            self.finish_pods()
+            self.tick()
+        raise AssertionError(f"not complete after {limit} steps: {self.state}")
+
+    def created_stages(self) -> list[tuple[str, tuple[str, ...]]]:
+        return [
+            (c.package, c.stages if isinstance(c, act.CreatePackagePod) else (c.stage.value,))
+            for c in self.created
+        ]
