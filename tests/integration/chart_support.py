@@ -1,0 +1,240 @@
+"""Helpers for tests that install the Helm chart and act as its ServiceAccount.
+
+- ``Helm``: the real ``helm`` binary (built by ``make setup``) against the sandbox, with its own
+  cache/config directories so tests never touch the user's.
+- ``service_account_kubeconfig``: a kubeconfig holding a TokenRequest token of a ServiceAccount,
+  i.e. exactly the credentials a controller pod of the chart would get.
+- ``can_i``: a SelfSubjectAccessReview made *with* those credentials.
+- ``Controller``: ``nwb controller`` as a local process (the sandbox's simulated kubelet does not
+  run the controller image), logging JSON to a file the test can read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from nodewright_bridge.sandbox import binaries
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "nodewright-bridge"
+CHART_CRDS = CHART / "crds"
+# The sandbox's kube-apiserver issues and accepts tokens for its --service-account-issuer.
+TOKEN_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
+HELM_TIMEOUT = "120s"
+
+
+def helm_binary() -> str:
+    found = binaries.find("helm")
+    if found is None:
+        pytest.fail("helm not found: `make setup` builds it into ~/.cache/nodewright-bridge/bin")
+    return str(found.path)
+
+
+class Helm:
+    """``helm`` with ``--kubeconfig`` and private XDG directories."""
+
+    def __init__(self, kubeconfig: Path, home: Path) -> None:
+        self.binary = helm_binary()
+        self.kubeconfig = kubeconfig
+        home.mkdir(parents=True, exist_ok=True)
+        self.env = {
+            **os.environ,
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_DATA_HOME": str(home / "data"),
+        }
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        argv = [self.binary, *args, "--kubeconfig", str(self.kubeconfig)]
+        proc = subprocess.run(argv, capture_output=True, text=True, env=self.env, check=False)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(args[:2])} failed:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def install(self, release: str, *sets: str) -> subprocess.CompletedProcess[str]:
+        args = ["install", release, str(CHART), "--wait", "--timeout", HELM_TIMEOUT]
+        for value in sets:
+            args += ["--set", value]
+        return self.run(*args)
+
+    def upgrade(self, release: str, *sets: str) -> subprocess.CompletedProcess[str]:
+        args = ["upgrade", release, str(CHART), "--wait", "--timeout", HELM_TIMEOUT]
+        for value in sets:
+            args += ["--set", value]
+        return self.run(*args)
+
+    def uninstall(self, release: str) -> subprocess.CompletedProcess[str]:
+        return self.run("uninstall", release, "--wait", "--timeout", HELM_TIMEOUT)
+
+    def manifest(self, release: str) -> list[dict[str, Any]]:
+        text = self.run("get", "manifest", release).stdout
+        return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def service_account_kubeconfig(
+    admin: client.ApiClient,
+    admin_kubeconfig: Path,
+    namespace: str,
+    account: str,
+    path: Path,
+    *,
+    expiration_seconds: int = 3600,
+) -> Path:
+    """Write a kubeconfig authenticating as ``system:serviceaccount:<namespace>:<account>``."""
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(
+            audiences=[TOKEN_AUDIENCE], expiration_seconds=expiration_seconds
+        )
+    )
+    issued = client.CoreV1Api(admin).create_namespaced_service_account_token(
+        account, namespace, request
+    )
+    source = yaml.safe_load(admin_kubeconfig.read_text())
+    cluster = source["clusters"][0]["cluster"]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "sandbox", "cluster": cluster}],
+        "users": [{"name": account, "user": {"token": issued.status.token}}],
+        "contexts": [{"name": account, "context": {"cluster": "sandbox", "user": account}}],
+        "current-context": account,
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def can_i(
+    api: client.ApiClient,
+    verb: str,
+    resource: str,
+    *,
+    group: str = "",
+    namespace: str = "",
+    subresource: str = "",
+) -> bool:
+    """Whether the identity behind ``api`` may make this request (SelfSubjectAccessReview)."""
+    review = client.V1SelfSubjectAccessReview(
+        spec=client.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=client.V1ResourceAttributes(
+                verb=verb,
+                resource=resource,
+                group=group,
+                namespace=namespace or None,
+                subresource=subresource or None,
+            )
+        )
+    )
+    result = client.AuthorizationV1Api(api).create_self_subject_access_review(review)
+    return bool(result.status.allowed)
+
+
+class Controller:
+    """``nwb controller`` run locally; JSON logs go to ``log_path``."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        log_path: Path,
+        *,
+        reconciler_module: str | None = None,
+        pythonpath: Path | None = None,
+        identity: str = "chart-test",
+    ) -> None:
+        self.log_path = log_path
+        argv = [
+            str(Path(sys.executable).parent / "nwb"),
+            "controller",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--namespace",
+            namespace,
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ]
+        if reconciler_module:
+            argv += ["--reconciler-module", reconciler_module]
+        self.argv = argv
+        self.env = {**os.environ, "POD_NAME": identity}
+        self.env.pop("KUBECONFIG", None)
+        if pythonpath is not None:
+            self.env["PYTHONPATH"] = str(pythonpath)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Controller:
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def records(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+        return out
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def forbidden(self) -> list[str]:
+        """Log lines that report an RBAC refusal (HTTP 403 / "forbidden")."""
+        return [
+            line
+            for line in self.log_text().splitlines()
+            if "forbidden" in line.lower() or '"status": 403' in line or " 403" in line
+        ]
+
+
+def poll(check: Callable[[], Any], *, timeout: float, what: str, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}: {last!r}")
