@@ -137,7 +137,7 @@ class World:
         for name, pod in list(self.pods.items()):
             if not pod.live:
                 continue
-            if fail is not None and (fail == pod.package or fail == "*"):
+            if fail is not None and fail in (pod.package, "*"):
                 result = failed_result(pod.stages[0])
                 self.pods[name] = replace(pod, phase=PodPhase.FAILED, result=result)
             elif pod.interrupt and self.interrupt_kinds.get(name) == "reboot" and reboot:

@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from stage_world import T0, World, make_cr
+from stage_world import T0, World, failed_result, make_cr
 
 from lifecycle import actions as act
 from lifecycle.nodestate import CordonRecord, PackageState, Stage, StageState
@@ -223,9 +223,7 @@ def test_removing_a_var_counts_as_a_change_for_config_interrupts() -> None:
     assert ("cfg", ("interrupt",)) in world.created_stages()
 
 
-def test_explicit_uninstall_drains_runs_uninstall_and_uninstall_interrupt_then_removes_the_key() -> (
-    None
-):
+def test_explicit_uninstall_runs_uninstall_then_uninstall_interrupt_then_drops_the_key() -> None:
     pkg = {"version": "1.0.0", "interrupt": REBOOT, "uninstall": {"enabled": True}}
     world = installed(World(make_cr({"rm-me": pkg})))
     with_spec(world, {"rm-me": {**pkg, "uninstall": {"enabled": True, "apply": True}}})
@@ -365,8 +363,6 @@ def test_a_retry_resumes_from_the_stage_that_failed() -> None:
     world = World(make_cr({"bad": {"version": "1.0.0"}}))
     world.step()
     (name,) = world.pods
-    from stage_world import failed_result
-
     world.pods[name] = replace(
         world.pods[name], phase=PodPhase.FAILED, result=failed_result("config-check")
     )
