@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lifecycle import durations
+from lifecycle import durations, stages
 from lifecycle.nodestate import RUNTIME_REQUIRED_TAINT_KEY
 from lifecycle.spec import NodeWright, Package, Toleration
 
@@ -31,6 +31,7 @@ LABEL_STAGE = "bridge.nodewright.io/stage"
 LABEL_NODE = "bridge.nodewright.io/node"
 ANNOTATION_RESOURCE_ID = "bridge.nodewright.io/resource-id"
 ANNOTATION_STAGES = "bridge.nodewright.io/stages"
+ANNOTATION_ATTEMPT = "bridge.nodewright.io/attempt"
 VARS_MOUNT = "/etc/nodewright/vars"
 CONFIG_MOUNT = "/etc/nodewright/config"
 SECRETS_MOUNT = "/etc/nodewright/secrets"
@@ -60,11 +61,12 @@ def vars_configmap_name(cr: str, package: str, version: str, vars_hash: str) -> 
 
 
 def vars_hash(package: Package) -> str:
-    """Stable hash of what the vars ConfigMap holds; a change means a new ConfigMap."""
-    payload = json.dumps(
-        {"vars": package.vars, "configMap": package.config_map}, sort_keys=True, default=str
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()
+    """Stable hash of what the vars ConfigMap holds; a change means a new ConfigMap.
+
+    The same hash the stage planner records per node (``lifecycle.stages.config_hash``), so the
+    ConfigMap a pod mounts is named after exactly the config the node state says it applied.
+    """
+    return stages.config_hash(package)
 
 
 def build_vars_configmap(cr: NodeWright, package: Package) -> dict[str, Any]:
@@ -104,7 +106,7 @@ class PodRequest:
 
 
 def pod_name(req: PodRequest) -> str:
-    first = "interrupt" if req.interrupt_type else (req.stages[0] if req.stages else "run")
+    first = req.stages[0] if req.stages else ("interrupt" if req.interrupt_type else "run")
     version = req.cr.spec.packages[req.package_name].version
     return safe_name(
         "nw", req.cr.metadata.name, req.package_name, version, first, req.node, f"a{req.attempt}"
@@ -116,7 +118,7 @@ def build_pod(req: PodRequest) -> dict[str, Any]:
     cr = req.cr
     package = cr.spec.packages[req.package_name]
     cr_name = cr.metadata.name
-    first_stage = "interrupt" if req.interrupt_type else (req.stages[0] if req.stages else "")
+    first_stage = req.stages[0] if req.stages else ("interrupt" if req.interrupt_type else "")
     if req.interrupt_type:
         args = ["interrupt", "--type", req.interrupt_type]
         if req.interrupt_services:
@@ -223,7 +225,8 @@ def build_pod(req: PodRequest) -> dict[str, Any]:
             },
             "annotations": {
                 ANNOTATION_RESOURCE_ID: req.resource_id,
-                ANNOTATION_STAGES: ",".join(req.stages) if not req.interrupt_type else "interrupt",
+                ANNOTATION_STAGES: ",".join(req.stages) if req.stages else "interrupt",
+                ANNOTATION_ATTEMPT: str(req.attempt),
             },
             "ownerReferences": [_owner(cr)],
         },

@@ -1,0 +1,699 @@
+"""The NodeWright reconciler: one key per CR, level-triggered, restart-safe.
+
+One reconcile of CR ``name`` (it never learns which event caused it):
+
+1. Read the CR from the cache. Invalid -> ``InvalidSpec`` with every field-path problem, no
+   requeue (the next edit triggers a new reconcile). Being deleted -> uninstall where enabled,
+   then remove everything we own from the Nodes and drop the finalizer. Else ensure the finalizer.
+2. Snapshot the targeted nodes (``snapshot``), probe each with the stage planner *without*
+   permission to start new work to learn its status and whether it has work left, and hand the
+   resulting ``NodeView``s to ``lifecycle.rollout.plan_rollout``.
+3. Apply the rollout plan in the restart-safe order its docstring gives: (a) batch states and the
+   node-order counter into ``status``, (b) batch records on the Nodes, (c) node plans: allowed
+   nodes are planned again with ``allowed_to_start=True``; every node's actions go to the
+   executor (work in flight always finishes, results are always recorded).
+4. Aggregate the status (``statusing``) and write it when it changed; requeue at the earliest
+   deadline the planners reported (bounded by ``POLL_SECONDS`` while work is open).
+
+Restart safety comes from the planners' ordering (the node state is written before any pod acts
+on it) plus the executor's conditional Node writes, plus one guard here: a node whose cached
+resourceVersion is older than one this process wrote is skipped until the cache catches up, so a
+decision is never re-made from state we already changed.
+
+Event mapping (``keys_for``) stays cheap at thousands of nodes: a Node or workload Pod maps to the
+CRs that target the node (label match against a parsed-CR cache); our pods carry their CR as a
+label; PDB changes map to every CR (there are few CRs); policies to the CRs that name them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from lifecycle import batching, rollout, selectors, sequencing, stages
+from lifecycle.nodestate import (
+    CORDON_ANNOTATION,
+    RUNTIME_REQUIRED_TAINT_KEY,
+    CordonRecord,
+    batch_annotation,
+    state_annotation,
+    status_key,
+)
+from lifecycle.spec import PREFIX, DeploymentPolicy, NodeWright
+from lifecycle.status import NodeWrightStatus, Status
+from nodewright_bridge.controller import snapshot, statusing
+from nodewright_bridge.controller.executor import Executor, Outcome
+from nodewright_bridge.controller.productmetrics import ProductMetrics
+from nodewright_bridge.errors import NotFoundError
+from nodewright_bridge.k8s import caches, resources
+from nodewright_bridge.k8s.events import EventRecorder
+from nodewright_bridge.k8s.patching import Writer, has_finalizer
+from nodewright_bridge.k8s.rest import Rest
+from nodewright_bridge.runtime.clock import Clock
+from nodewright_bridge.runtime.reconciling import Result
+
+logger = logging.getLogger(__name__)
+
+FINALIZER = "bridge.nodewright.io/cleanup"
+AUTO_TAINT_ANNOTATION = f"{PREFIX}auto-taint"
+RUNTIME_REQUIRED_TAINT_VALUE = "true"
+# While any node has open work, look at least this often even without events (pods finishing
+# are events too; this only bounds how long a missed event can delay a rollout).
+POLL_SECONDS = 15.0
+# Never requeue faster than this for a deadline: deadlines are seconds apart at best.
+MIN_REQUEUE_SECONDS = 0.5
+STALE_RETRY_SECONDS = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedCR:
+    resource_version: str
+    value: NodeWright | snapshot.InvalidCR
+
+
+def _rv_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return -1
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+class NodeWrightReconciler:
+    """Implements ``nodewright_bridge.runtime.reconciling.Reconciler`` for NodeWright CRs."""
+
+    def __init__(
+        self,
+        *,
+        rest: Rest,
+        writer: Writer,
+        events: EventRecorder,
+        stores: snapshot.Stores,
+        namespace: str,
+        metrics: ProductMetrics,
+        clock: Clock,
+    ) -> None:
+        self._rest = rest
+        self._writer = writer
+        self._stores = stores
+        self._namespace = namespace
+        self._metrics = metrics
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._parsed: dict[str, ParsedCR] = {}
+        self._written: dict[str, int] = {}
+        self.executor = Executor(
+            rest=rest,
+            writer=writer,
+            events=events,
+            namespace=namespace,
+            metrics=metrics,
+            on_node_written=self._node_written,
+        )
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    def _node_written(self, node: str, resource_version: str) -> None:
+        value = _rv_int(resource_version)
+        with self._lock:
+            if value > self._written.get(node, -1):
+                self._written[node] = value
+
+    def _stale(self, node: Mapping[str, Any]) -> bool:
+        meta = snapshot.meta_of(node)
+        with self._lock:
+            written = self._written.get(str(meta.get("name", "")), -1)
+        return written >= 0 and _rv_int(str(meta.get("resourceVersion", ""))) < written
+
+    def _parse(self, obj: Mapping[str, Any]) -> NodeWright | snapshot.InvalidCR:
+        meta = snapshot.meta_of(obj)
+        name = str(meta.get("name", ""))
+        rv = str(meta.get("resourceVersion", ""))
+        with self._lock:
+            cached = self._parsed.get(name)
+        if cached is not None and cached.resource_version == rv:
+            return cached.value
+        value = snapshot.parse_nodewright(obj)
+        with self._lock:
+            self._parsed[name] = ParsedCR(rv, value)
+        return value
+
+    def _all_crs(self) -> list[NodeWright]:
+        out = []
+        for obj in self._stores.nodewrights.values():
+            parsed = self._parse(obj)
+            if isinstance(parsed, NodeWright):
+                out.append(parsed)
+        return out
+
+    # -- event mapping -----------------------------------------------------------------------
+
+    def keys_for(self, informer: str, obj: Mapping[str, Any]) -> Iterable[str]:
+        if informer == caches.NODEWRIGHTS:
+            name = str(snapshot.meta_of(obj).get("name", ""))
+            parsed = self._parse(obj) if obj.get("spec") is not None else None
+            later = []
+            if isinstance(parsed, NodeWright):
+                order = (parsed.spec.priority, name)
+                later = [
+                    c.metadata.name
+                    for c in self._all_crs()
+                    if (c.spec.priority, c.metadata.name) > order
+                ]
+            return [name, *later]
+        if informer == caches.PACKAGE_PODS:
+            cr = snapshot.labels_of(obj).get(snapshot.LABEL_CR)
+            return [cr] if cr else []
+        if informer == caches.POLICIES:
+            policy = str(snapshot.meta_of(obj).get("name", ""))
+            return [c.metadata.name for c in self._all_crs() if c.spec.deployment_policy == policy]
+        if informer == caches.PDBS:
+            return [c.metadata.name for c in self._all_crs()]
+        if informer == caches.NODES:
+            return self._crs_for_node(obj)
+        if informer == caches.PODS:
+            node_name = (obj.get("spec") or {}).get("nodeName")
+            node = self._stores.nodes.get(node_name) if node_name else None
+            return self._crs_for_node(node) if node is not None else []
+        return []
+
+    def _crs_for_node(self, node: Mapping[str, Any]) -> list[str]:
+        labels = snapshot.labels_of(node)
+        annotations = snapshot.annotations_of(node)
+        out = []
+        for cr in self._all_crs():
+            name = cr.metadata.name
+            if (
+                selectors.matches(cr.spec.node_selectors, labels)
+                or state_annotation(name) in annotations
+                or batch_annotation(name) in annotations
+            ):
+                out.append(name)
+        return out
+
+    # -- reconcile ---------------------------------------------------------------------------
+
+    def reconcile(self, key: str) -> Result:
+        obj = self._stores.nodewrights.get(key)
+        if obj is None:
+            return Result()
+        parsed = self._parse(obj)
+        meta = snapshot.meta_of(obj)
+        old = _old_status(obj)
+        now = self._clock.now()
+        if meta.get("deletionTimestamp"):
+            return self._delete(key, obj, parsed, old, now)
+        if isinstance(parsed, snapshot.InvalidCR):
+            status = statusing.invalid_status(old, parsed.generation, parsed.problems, now)
+            self._write_status(key, old, status)
+            return Result()
+        if not has_finalizer(obj, FINALIZER):
+            self._writer.add_finalizer(resources.NODEWRIGHTS, key, FINALIZER)
+        return self._run(parsed, old, now)
+
+    def _policy(self, cr: NodeWright) -> DeploymentPolicy | None:
+        name = cr.spec.deployment_policy
+        if not name:
+            return None
+        raw = self._stores.policies.get(name)
+        return snapshot.parse_policy(raw) if raw is not None else None
+
+    def _run(
+        self, cr: NodeWright, old: NodeWrightStatus, now: datetime, *, deleting: bool = False
+    ) -> Result:
+        started = time.monotonic()
+        name = cr.metadata.name
+        policy = self._policy(cr)
+        nodes = self._stores.nodes.values()
+        pdbs = snapshot.PdbIndex.of(self._stores.pdbs.values())
+        crs = self._all_crs() if not deleting else [cr]
+        if all(c.metadata.name != name for c in crs):
+            crs.append(cr)
+        progress = [
+            sequencing.CRProgress.of(
+                c,
+                targets=[
+                    str(snapshot.meta_of(n).get("name")) for n in nodes if snapshot.targets(c, n)
+                ],
+                complete_on=snapshot.complete_on(c.metadata.name, nodes),
+            )
+            for c in crs
+        ]
+        ready_set = sequencing.ready_nodes(name, progress)
+        waiting_all = sequencing.waiting_on_all(name, progress)
+        paused = sequencing.is_paused(cr.metadata.annotations)
+        disabled = sequencing.is_disabled(cr.metadata.annotations)
+
+        outcome = Outcome()
+        inputs = statusing.StatusInputs(waiting_on_all=waiting_all)
+        snaps: dict[str, snapshot.NodeSnapshot] = {}
+        probes: dict[str, stages.NodePlan] = {}
+        views: list[rollout.NodeView] = []
+        stale: set[str] = set()
+        for node in nodes:
+            targeted = snapshot.targets(cr, node)
+            annotations = snapshot.annotations_of(node)
+            if not targeted and batch_annotation(name) not in annotations:
+                continue
+            node_name = str(snapshot.meta_of(node).get("name"))
+            if targeted and self._auto_taint(cr, node):
+                stale.add(node_name)
+                outcome.soon(STALE_RETRY_SECONDS)
+            snap = snapshot.snapshot_node(cr, node, self._stores, pdbs, node_index=caches.BY_NODE)
+            if not targeted:
+                views.append(_view(snap, None, ready=False))
+                continue
+            if snap.state_error is not None:
+                inputs.malformed[node_name] = snap.state_error
+                inputs.node_status[node_name] = snap.status or Status.UNKNOWN
+                continue
+            if node_name in stale or self._stale(node):
+                stale.add(node_name)
+                outcome.soon(STALE_RETRY_SECONDS)
+                inputs.node_status[node_name] = snap.status or Status.UNKNOWN
+                views.append(_view(snap, None, ready=node_name in ready_set))
+                continue
+            probe = stages.plan_node(
+                _node_input(cr, snap, now, allowed=False, paused=paused, disabled=disabled)
+            )
+            snaps[node_name] = snap
+            probes[node_name] = probe
+            views.append(_view(snap, probe, ready=node_name in ready_set))
+
+        batch_states = {
+            cname: cstatus.batch_state
+            for cname, cstatus in old.compartments.items()
+            if cstatus.batch_state is not None
+        }
+        if (
+            old.observed_generation is not None
+            and old.observed_generation != cr.metadata.generation
+            and old.status is Status.COMPLETE
+            and batching.resolve_reset_flag(cr, policy)
+        ):
+            batch_states = {}  # a spec change after completion starts a fresh, paced rollout
+        plan = rollout.plan_rollout(
+            cr, policy, views, batch_states, now, next_node_order=old.node_order_offset
+        )
+
+        # (a) batch states and the order counter first.
+        self._write_batch_states(name, old, plan)
+        # (b) batch records on the Nodes.
+        for node_name, record in plan.records.items():
+            answer = self._patch_node_annotation(
+                node_name, batch_annotation(name), record.model_dump_json(by_alias=True)
+            )
+            if answer is not None and node_name in snaps:
+                snaps[node_name] = snapshot.snapshot_node(
+                    cr, answer, self._stores, pdbs, node_index=caches.BY_NODE
+                )
+        for node_name in plan.released:
+            if node_name in inputs.malformed:
+                continue
+            answer = self._patch_node_annotation(node_name, batch_annotation(name), None)
+            if answer is not None and node_name in snaps:
+                snaps[node_name] = snapshot.snapshot_node(
+                    cr, answer, self._stores, pdbs, node_index=caches.BY_NODE
+                )
+        # (c) node plans.
+        allowed = set(plan.allowed)
+        wakeups: list[datetime] = []
+        for node_name, snap in snaps.items():
+            node_plan = stages.plan_node(
+                _node_input(
+                    cr,
+                    snap,
+                    now,
+                    allowed=node_name in allowed,
+                    paused=paused or plan.paused,
+                    disabled=disabled,
+                    order=plan.orders.get(node_name),
+                )
+            )
+            extra = self._runtime_taint_actions(cr, snap, node_plan, crs)
+            node_actions = (*node_plan.actions, *extra)
+            if node_actions:
+                workload = self._stores.pods.by_index(caches.BY_NODE, node_name)
+                self.executor.apply_node(cr, snap, node_actions, outcome, workload)
+            inputs.node_status[node_name] = node_plan.status
+            inputs.failures.extend(node_plan.failures)
+            if node_plan.requeue_at is not None:
+                wakeups.append(node_plan.requeue_at)
+            if node_plan.status is Status.COMPLETE and snap.status is not Status.COMPLETE:
+                self.executor.event(
+                    "Node", node_name, "NodeWrightComplete", f"all packages of {name} complete"
+                )
+            for failure in node_plan.failures:
+                if failure.final:
+                    self.executor.event(
+                        "NodeWright",
+                        name,
+                        "PackageFailed",
+                        f"node {failure.node}: {failure.package} {failure.version} "
+                        f"{failure.stage}"
+                        + (f" task {failure.task!r}" if failure.task else "")
+                        + f": {failure.message}",
+                        warning=True,
+                        cr=cr,
+                    )
+            if snap.blocking_pdbs and node_name in allowed and snap.facts.pods_to_evict:
+                outcome.pdb_blocked.setdefault(node_name, []).extend(snap.blocking_pdbs)
+        inputs.pdb_blocked = outcome.pdb_blocked
+        inputs.drain_blockers = outcome.drain_blockers
+
+        status = statusing.build_status(
+            cr, old, plan, inputs, now, policy_name=cr.spec.deployment_policy or ""
+        )
+        if status.status is Status.COMPLETE and old.status is not Status.COMPLETE:
+            self.executor.event(
+                "NodeWright", name, "RolloutComplete", status.complete_nodes + " nodes", cr=cr
+            )
+        for cname, cplan in plan.compartments.items():
+            if cplan.stop_reason and cname not in _stopped(old):
+                self.executor.event(
+                    "NodeWright", name, "Stalled", cplan.stop_reason, warning=True, cr=cr
+                )
+        self._write_status(name, old, status)
+        self._observe(name, plan, inputs.node_status)
+        logger.debug(
+            "reconciled",
+            extra={
+                "cr": name,
+                "nodes": len(inputs.node_status),
+                "allowed": len(allowed),
+                "seconds": round(time.monotonic() - started, 3),
+            },
+        )
+        return Result(requeue_after=_requeue(now, wakeups, outcome, status))
+
+    # -- helpers for _run --------------------------------------------------------------------
+
+    def _auto_taint(self, cr: NodeWright, node: Mapping[str, Any]) -> bool:
+        """Taint a brand-new node (no annotation of ours at all) for runtimeRequired CRs."""
+        if not (cr.spec.runtime_required and cr.spec.auto_taint_new_nodes):
+            return False
+        annotations = snapshot.annotations_of(node)
+        if any(k.startswith(PREFIX) for k in annotations):
+            return False
+        taints = (node.get("spec") or {}).get("taints") or []
+        if any(t.get("key") == RUNTIME_REQUIRED_TAINT_KEY for t in taints):
+            return False
+        name = str(snapshot.meta_of(node).get("name"))
+        wanted = [
+            *taints,
+            {
+                "key": RUNTIME_REQUIRED_TAINT_KEY,
+                "value": RUNTIME_REQUIRED_TAINT_VALUE,
+                "effect": "NoSchedule",
+            },
+        ]
+        body = {
+            "metadata": {"annotations": {AUTO_TAINT_ANNOTATION: "true"}},
+            "spec": {"taints": wanted},
+        }
+        rv = str(snapshot.meta_of(node).get("resourceVersion", ""))
+        try:
+            answer = self._writer.merge_patch(resources.NODES, name, body, resource_version=rv)
+        except NotFoundError:
+            return False
+        self._node_written(name, str(snapshot.meta_of(answer).get("resourceVersion", "")))
+        self.executor.event(
+            "Node", name, "AutoTainted", f"runtime-required taint for {cr.metadata.name}"
+        )
+        return True
+
+    def _runtime_taint_actions(
+        self,
+        cr: NodeWright,
+        snap: snapshot.NodeSnapshot,
+        node_plan: stages.NodePlan,
+        crs: list[NodeWright],
+    ) -> tuple[Any, ...]:
+        """Remove the runtime-required taint once every runtimeRequired CR is complete here."""
+        from lifecycle.actions import RemoveTaint  # noqa: PLC0415 - keeps the import list short
+
+        if not cr.spec.runtime_required or node_plan.status is not Status.COMPLETE:
+            return ()
+        taint = next((t for t in snap.taints if t.key == RUNTIME_REQUIRED_TAINT_KEY), None)
+        if taint is None:
+            return ()
+        for other in crs:
+            if other.metadata.name == cr.metadata.name or not other.spec.runtime_required:
+                continue
+            if not selectors.matches(other.spec.node_selectors, snap.labels):
+                continue
+            if snap.labels.get(status_key(other.metadata.name)) != Status.COMPLETE.value:
+                return ()
+        return (RemoveTaint(node=snap.name, key=taint.key, effect=taint.effect.value),)
+
+    def _patch_node_annotation(
+        self, node: str, key: str, value: str | None
+    ) -> dict[str, Any] | None:
+        try:
+            answer = self._writer.merge_patch(
+                resources.NODES, node, {"metadata": {"annotations": {key: value}}}
+            )
+        except NotFoundError:
+            return None
+        self._node_written(node, str(snapshot.meta_of(answer).get("resourceVersion", "")))
+        return answer
+
+    def _write_batch_states(
+        self, name: str, old: NodeWrightStatus, plan: rollout.RolloutPlan
+    ) -> None:
+        wanted = plan.batch_states
+        current = {
+            c: s.batch_state for c, s in old.compartments.items() if s.batch_state is not None
+        }
+        if wanted == current and plan.next_node_order == old.node_order_offset:
+            return
+        body: dict[str, Any] = {
+            "compartments": {
+                c: {"batchState": s.model_dump(mode="json", by_alias=True)}
+                for c, s in wanted.items()
+            },
+            "nodeOrderOffset": plan.next_node_order,
+        }
+        self._writer.patch_status(resources.NODEWRIGHTS, name, body)
+
+    def _write_status(self, name: str, old: NodeWrightStatus, new: NodeWrightStatus) -> None:
+        old_wire = statusing.status_wire(old)
+        new_wire = statusing.status_wire(new)
+        if old_wire == new_wire:
+            return
+        body: dict[str, Any] = dict(new_wire)
+        gone = {c: None for c in old.compartments if c not in new.compartments}
+        if gone:
+            compartments = dict(body.get("compartments") or {})
+            compartments.update(gone)
+            body["compartments"] = compartments
+        try:
+            self._writer.patch_status(resources.NODEWRIGHTS, name, body)
+        except NotFoundError:
+            return
+
+    def _observe(
+        self, name: str, plan: rollout.RolloutPlan, statuses: Mapping[str, Status]
+    ) -> None:
+        for cname, cplan in plan.compartments.items():
+            self._metrics.rollout_progress.labels(name, cname).set(cplan.status.progress_percent)
+            self._metrics.rollout_batch.labels(name, cname).set(cplan.batch)
+        for status in Status:
+            count = sum(1 for s in statuses.values() if s is status)
+            self._metrics.node_status.labels(name, status.value).set(count)
+
+    # -- deletion ----------------------------------------------------------------------------
+
+    def _delete(
+        self,
+        name: str,
+        obj: Mapping[str, Any],
+        parsed: NodeWright | snapshot.InvalidCR,
+        old: NodeWrightStatus,
+        now: datetime,
+    ) -> Result:
+        if not has_finalizer(obj, FINALIZER):
+            return Result()
+        if isinstance(parsed, NodeWright):
+            variant = _uninstall_variant(parsed)
+            if variant is not None and self._uninstall_pending(variant):
+                return self._run(variant, old, now, deleting=True)
+        live = [
+            p
+            for p in self._stores.package_pods.by_index(caches.BY_CR, name)
+            if not snapshot.meta_of(p).get("deletionTimestamp")
+        ]
+        for pod in live:
+            self.executor.delete_pod(str(snapshot.meta_of(pod).get("name")))
+        runtime_required = isinstance(parsed, NodeWright) and parsed.spec.runtime_required
+        for node in self._stores.nodes.values():
+            self._clean_node(name, node, remove_taint=runtime_required)
+        self._writer.remove_finalizer(resources.NODEWRIGHTS, name, FINALIZER)
+        self._metrics.forget_cr(name, list(old.compartments), [s.value for s in Status])
+        with self._lock:
+            self._parsed.pop(name, None)
+        logger.info("cleaned up after deleted NodeWright", extra={"cr": name})
+        return Result()
+
+    def _uninstall_pending(self, variant: NodeWright) -> bool:
+        key_names = {f"{n}|{p.version}" for n, p in variant.spec.packages.items()}
+        for node in self._stores.nodes.values():
+            text = snapshot.annotations_of(node).get(state_annotation(variant.metadata.name))
+            try:
+                state = snapshot.parse_state(text)
+            except ValueError:
+                continue
+            if key_names & set(state):
+                return True
+        return False
+
+    def _clean_node(self, cr: str, node: Mapping[str, Any], *, remove_taint: bool) -> None:
+        annotations = snapshot.annotations_of(node)
+        labels = snapshot.labels_of(node)
+        ours = {state_annotation(cr), status_key(cr), batch_annotation(cr)}
+        cordon = snapshot.parse_cordon(annotations.get(CORDON_ANNOTATION))
+        holds = cordon is not None and cr in cordon.holders
+        has_taint = remove_taint and any(
+            t.get("key") == RUNTIME_REQUIRED_TAINT_KEY
+            for t in (node.get("spec") or {}).get("taints") or ()
+        )
+        if not (ours & set(annotations) or status_key(cr) in labels or holds or has_taint):
+            return
+        name = str(snapshot.meta_of(node).get("name"))
+
+        def decide(current: dict[str, Any]) -> list[dict[str, Any]]:
+            meta = current.get("metadata") or {}
+            notes = meta.get("annotations") or {}
+            current_labels = meta.get("labels") or {}
+            ops: list[dict[str, Any]] = []
+            for key in sorted(ours):
+                if key in notes:
+                    ops.append({"op": "remove", "path": f"/metadata/annotations/{_escape(key)}"})
+            if status_key(cr) in current_labels:
+                ops.append({"op": "remove", "path": f"/metadata/labels/{_escape(status_key(cr))}"})
+            record = snapshot.parse_cordon(notes.get(CORDON_ANNOTATION))
+            if record is not None and cr in record.holders:
+                holders = [h for h in record.holders if h != cr]
+                path = f"/metadata/annotations/{_escape(CORDON_ANNOTATION)}"
+                if holders:
+                    kept = CordonRecord(holders=holders, was_unschedulable=record.was_unschedulable)
+                    ops.append(
+                        {
+                            "op": "replace",
+                            "path": path,
+                            "value": kept.model_dump_json(by_alias=True),
+                        }
+                    )
+                else:
+                    ops.append({"op": "remove", "path": path})
+                    if not record.was_unschedulable:
+                        ops.append({"op": "add", "path": "/spec/unschedulable", "value": False})
+            taints = (current.get("spec") or {}).get("taints") or []
+            if remove_taint and any(t.get("key") == RUNTIME_REQUIRED_TAINT_KEY for t in taints):
+                kept_taints = [t for t in taints if t.get("key") != RUNTIME_REQUIRED_TAINT_KEY]
+                ops.append({"op": "replace", "path": "/spec/taints", "value": kept_taints})
+            return ops
+
+        answer = self._writer.modify(resources.NODES, name, decide)
+        if answer is not None:
+            self._node_written(name, str(snapshot.meta_of(answer).get("resourceVersion", "")))
+        if holds:
+            self.executor.event("Node", name, "Uncordoned", f"NodeWright {cr} deleted")
+
+
+# ---- module helpers ----------------------------------------------------------------------------
+
+
+def _old_status(obj: Mapping[str, Any]) -> NodeWrightStatus:
+    try:
+        return NodeWrightStatus.model_validate(obj.get("status") or {})
+    except ValueError:
+        return NodeWrightStatus()
+
+
+def _stopped(status: NodeWrightStatus) -> set[str]:
+    return {
+        name
+        for name, comp in status.compartments.items()
+        if comp.batch_state is not None and comp.batch_state.should_stop
+    }
+
+
+def _view(
+    snap: snapshot.NodeSnapshot, probe: stages.NodePlan | None, *, ready: bool
+) -> rollout.NodeView:
+    status = probe.status if probe is not None else (snap.status or Status.UNKNOWN)
+    return rollout.NodeView(
+        name=snap.name,
+        labels=snap.labels,
+        taints=snap.taints,
+        created=snap.created,
+        status=status,
+        has_pending_work=status is not Status.COMPLETE,
+        record=snap.record,
+        pdb_exhausted=bool(snap.blocking_pdbs),
+        ready=ready,
+    )
+
+
+def _node_input(
+    cr: NodeWright,
+    snap: snapshot.NodeSnapshot,
+    now: datetime,
+    *,
+    allowed: bool,
+    paused: bool,
+    disabled: bool,
+    order: int | None = None,
+) -> stages.NodeInput:
+    if order is None:
+        order = snap.record.order if snap.record is not None else 0
+    return stages.NodeInput(
+        cr=cr,
+        node=snap.facts,
+        state=snap.state,
+        now=now,
+        allowed_to_start=allowed,
+        pods=snap.pods,
+        node_order=order,
+        previous_status=snap.status,
+        paused=paused,
+        disabled=disabled,
+    )
+
+
+def _uninstall_variant(cr: NodeWright) -> NodeWright | None:
+    """The CR as deletion runs it: only packages with uninstall enabled, each asked to uninstall."""
+    packages = {
+        name: pkg.model_copy(update={"uninstall": pkg.uninstall.model_copy(update={"apply": True})})
+        for name, pkg in cr.spec.packages.items()
+        if pkg.uninstall.enabled
+    }
+    if not packages:
+        return None
+    for name, pkg in list(packages.items()):
+        deps = {d: v for d, v in pkg.depends_on.items() if d in packages}
+        packages[name] = pkg.model_copy(update={"depends_on": deps})
+    spec = cr.spec.model_copy(update={"packages": packages})
+    return cr.model_copy(update={"spec": spec})
+
+
+def _requeue(
+    now: datetime, wakeups: list[datetime], outcome: Outcome, status: NodeWrightStatus
+) -> float | None:
+    candidates: list[float] = []
+    if outcome.requeue_after is not None:
+        candidates.append(outcome.requeue_after)
+    for moment in wakeups:
+        candidates.append(max((moment - now) / timedelta(seconds=1), MIN_REQUEUE_SECONDS))
+    if status.status is not Status.COMPLETE:
+        candidates.append(POLL_SECONDS)
+    return min(candidates) if candidates else None

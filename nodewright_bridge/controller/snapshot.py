@@ -1,0 +1,424 @@
+"""One consistent view of the world for one reconcile of one NodeWright, read from the caches.
+
+Why a separate step: the planners in ``lifecycle`` take plain values (``NodeView``,
+``NodeFacts``, ``PodObservation``, ``PdbView``/``PodView``); turning raw API objects into those is
+where malformed input shows up, and it must never crash a reconcile or leak into another CR:
+
+- a CR that does not validate becomes :class:`InvalidCR` with one ``path: message`` line per
+  problem (the ``InvalidSpec`` condition); other CRs carry on;
+- a node whose ``state-<cr>`` annotation does not parse gets ``state_error`` and is left untouched
+  (no pod, no patch) until someone fixes or removes the annotation (``NodeStateMalformed``);
+- a termination message that is not an agent result becomes an ``unparseable`` result (the pod
+  counts as failed with the raw text in the message), via ``lifecycle.results``.
+
+Cost: one pass over the cached Nodes per reconcile, pods looked up by node index, PDBs grouped by
+namespace once. Nothing is copied out of the stores beyond the small views.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from lifecycle import draining, results, selectors
+from lifecycle.errors import SpecError
+from lifecycle.nodestate import (
+    CORDON_ANNOTATION,
+    BatchRecord,
+    CordonRecord,
+    PackageState,
+    batch_annotation,
+    state_annotation,
+    status_key,
+)
+from lifecycle.spec import DeploymentPolicy, LabelSelector, NodeWright
+from lifecycle.stages import INTERRUPT_STAGES, NodeFacts, PodObservation, PodPhase
+from lifecycle.status import Status
+from lifecycle.validation import load_nodewright, load_policy
+
+logger = logging.getLogger(__name__)
+
+JsonObject = dict[str, Any]
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+ATTEMPT_ANNOTATION = "bridge.nodewright.io/attempt"
+STAGES_ANNOTATION = "bridge.nodewright.io/stages"
+LABEL_CR = "bridge.nodewright.io/cr"
+LABEL_PACKAGE = "bridge.nodewright.io/package"
+LABEL_VERSION = "bridge.nodewright.io/version"
+LABEL_STAGE = "bridge.nodewright.io/stage"
+_LIVE_PHASES = ("Pending", "Running", "Unknown", "")
+
+
+# ---- parsing objects -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidCR:
+    """A NodeWright that does not validate: its name and one line per problem."""
+
+    name: str
+    generation: int
+    problems: tuple[str, ...]
+
+
+def parse_nodewright(obj: Mapping[str, Any]) -> NodeWright | InvalidCR:
+    """The validated CR, or :class:`InvalidCR` (never raises)."""
+    meta = obj.get("metadata") or {}
+    try:
+        return load_nodewright(obj)
+    except SpecError as exc:
+        problems = tuple(exc.problems)
+    except (ValidationError, ValueError, TypeError) as exc:  # defensive: never crash a reconcile
+        problems = (str(exc),)
+    return InvalidCR(
+        name=str(meta.get("name", "")),
+        generation=int(meta.get("generation") or 0),
+        problems=problems,
+    )
+
+
+def parse_policy(obj: Mapping[str, Any]) -> DeploymentPolicy | None:
+    try:
+        return load_policy(obj)
+    except (SpecError, ValidationError, ValueError, TypeError):
+        return None
+
+
+def parse_time(text: object) -> datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def parse_state(text: str | None) -> dict[str, PackageState]:
+    """The ``state-<cr>`` annotation. Raises ValueError when it does not parse."""
+    if not text:
+        return {}
+    raw = json.loads(text)
+    if not isinstance(raw, dict):
+        raise ValueError("expected a JSON object")
+    try:
+        return {str(k): PackageState.model_validate(v) for k, v in raw.items()}
+    except ValidationError as exc:
+        raise ValueError(str(exc).splitlines()[0]) from None
+
+
+def dump_state(state: Mapping[str, PackageState]) -> str:
+    data = {
+        k: v.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        for k, v in sorted(state.items())
+    }
+    return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+
+def parse_cordon(text: str | None) -> CordonRecord | None:
+    if not text:
+        return None
+    try:
+        return CordonRecord.model_validate_json(text)
+    except ValidationError:
+        logger.warning("cordon annotation does not parse; treating as absent")
+        return None
+
+
+def parse_record(text: str | None) -> BatchRecord | None:
+    if not text:
+        return None
+    try:
+        return BatchRecord.model_validate_json(text)
+    except ValidationError:
+        return None
+
+
+def parse_status(text: str | None) -> Status | None:
+    try:
+        return Status(text) if text else None
+    except ValueError:
+        return None
+
+
+def node_taints(node: Mapping[str, Any]) -> tuple[selectors.Taint, ...]:
+    out: list[selectors.Taint] = []
+    for raw in (node.get("spec") or {}).get("taints") or ():
+        try:
+            effect = selectors.TaintEffect(raw.get("effect", ""))
+        except ValueError:
+            continue
+        out.append(
+            selectors.Taint(
+                key=str(raw.get("key", "")), effect=effect, value=raw.get("value") or ""
+            )
+        )
+    return tuple(out)
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def boot_id(node: Mapping[str, Any]) -> str:
+    return str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
+
+
+def meta_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return meta_of(obj).get("labels") or {}
+
+
+def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return meta_of(obj).get("annotations") or {}
+
+
+# ---- pods ----------------------------------------------------------------------------------
+
+
+def pod_view(pod: Mapping[str, Any]) -> draining.PodView:
+    meta = meta_of(pod)
+    controller = None
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller"):
+            controller = str(ref.get("kind", ""))
+    volumes = (pod.get("spec") or {}).get("volumes") or ()
+    return draining.PodView(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        labels=dict(meta.get("labels") or {}),
+        controller_kind=controller,
+        is_mirror=MIRROR_ANNOTATION in (meta.get("annotations") or {}),
+        phase=str((pod.get("status") or {}).get("phase") or "Pending"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        uses_empty_dir=any("emptyDir" in v for v in volumes),
+    )
+
+
+def pdb_view(pdb: Mapping[str, Any]) -> draining.PdbView | None:
+    meta = meta_of(pdb)
+    raw = (pdb.get("spec") or {}).get("selector") or {}
+    try:
+        selector = LabelSelector.model_validate(raw)
+    except ValidationError:
+        return None
+    status = pdb.get("status") or {}
+    return draining.PdbView(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        selector=selector,
+        disruptions_allowed=int(status.get("disruptionsAllowed") or 0),
+    )
+
+
+def _container_state(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or ()
+    for status in statuses:
+        if status.get("name") == "agent":
+            return status.get("state") or {}
+    return statuses[0].get("state") or {} if statuses else {}
+
+
+def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
+    """One of our package pods as the stage planner sees it (None if it lacks our labels)."""
+    meta = meta_of(pod)
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    package = labels.get(LABEL_PACKAGE)
+    version = labels.get(LABEL_VERSION)
+    if not package or not version:
+        return None
+    stages = tuple(s for s in str(annotations.get(STAGES_ANNOTATION, "")).split(",") if s)
+    if not stages and labels.get(LABEL_STAGE):
+        stages = (labels[LABEL_STAGE],)
+    try:
+        attempt = int(annotations.get(ATTEMPT_ANNOTATION, "1"))
+    except ValueError:
+        attempt = 1
+    status = pod.get("status") or {}
+    try:
+        phase = PodPhase(status.get("phase") or "Pending")
+    except ValueError:
+        phase = PodPhase.UNKNOWN
+    state = _container_state(pod)
+    result = None
+    waiting = ""
+    terminated = state.get("terminated")
+    if terminated:
+        message = terminated.get("message") or ""
+        if message:
+            result = results.parse_termination_message(message)
+        elif phase is PodPhase.FAILED:
+            reason = terminated.get("reason") or status.get("reason") or "Error"
+            code = terminated.get("exitCode")
+            result = results.parse_termination_message(f"exit code {code} ({reason})")
+    elif phase is PodPhase.FAILED and status.get("reason"):
+        result = results.parse_termination_message(
+            f"{status.get('reason')}: {status.get('message') or ''}".strip()
+        )
+    if state.get("waiting"):
+        waiting = str(state["waiting"].get("reason") or "")
+    interrupt = bool(stages) and stages[0] in {s.value for s in INTERRUPT_STAGES}
+    return PodObservation(
+        name=str(meta.get("name", "")),
+        package=package,
+        version=version,
+        stages=stages,
+        attempt=attempt,
+        phase=phase,
+        interrupt=interrupt,
+        result=result,
+        waiting_reason=waiting,
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+# ---- the snapshot ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """One targeted node as the planners of one CR see it."""
+
+    name: str
+    resource_version: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    taints: tuple[selectors.Taint, ...]
+    created: datetime | None
+    facts: NodeFacts
+    state: Mapping[str, PackageState]
+    state_error: str | None
+    status: Status | None
+    record: BatchRecord | None
+    pods: tuple[PodObservation, ...]
+    drain: draining.DrainPlan
+    blocking_pdbs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Stores:
+    """The informer stores a snapshot reads (duck-typed: ``values``, ``get``, ``by_index``)."""
+
+    nodes: Any
+    pods: Any
+    package_pods: Any
+    pdbs: Any
+    nodewrights: Any
+    policies: Any
+
+
+@dataclass(slots=True)
+class PdbIndex:
+    """PDBs grouped by namespace, parsed once per reconcile."""
+
+    by_namespace: dict[str, list[draining.PdbView]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, pdbs: Iterable[Mapping[str, Any]]) -> PdbIndex:
+        index = cls()
+        for raw in pdbs:
+            view = pdb_view(raw)
+            if view is not None:
+                index.by_namespace.setdefault(view.namespace, []).append(view)
+        return index
+
+    def relevant(self, pods: Sequence[draining.PodView]) -> list[draining.PdbView]:
+        namespaces = {p.namespace for p in pods}
+        return [pdb for ns in sorted(namespaces) for pdb in self.by_namespace.get(ns, ())]
+
+
+def targets(cr: NodeWright, node: Mapping[str, Any]) -> bool:
+    return selectors.matches(cr.spec.node_selectors, labels_of(node))
+
+
+def snapshot_node(
+    cr: NodeWright,
+    node: Mapping[str, Any],
+    stores: Stores,
+    pdbs: PdbIndex,
+    *,
+    node_index: str = "node",
+) -> NodeSnapshot:
+    """Everything the planners need about ``node`` for ``cr``."""
+    meta = meta_of(node)
+    name = str(meta.get("name", ""))
+    annotations = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    cr_name = cr.metadata.name
+    state_error = None
+    try:
+        state = parse_state(annotations.get(state_annotation(cr_name)))
+    except ValueError as exc:
+        state = {}
+        state_error = str(exc) or "does not parse"
+
+    workload = [pod_view(p) for p in stores.pods.by_index(node_index, name)]
+    plan = draining.plan_drain(workload, cr.spec.drain)
+    blocking = draining.blocking_pdbs(workload, pdbs.relevant(workload), cr.spec.drain)
+    non_interrupt = 0
+    selector = cr.spec.pod_non_interrupt_labels
+    if selector is not None:
+        non_interrupt = sum(
+            1
+            for p in workload
+            if p.phase in ("Running", "Pending") and selectors.matches(selector, p.labels)
+        )
+    ours: list[PodObservation] = []
+    foreign = 0
+    for raw in stores.package_pods.by_index(node_index, name):
+        pod_labels = labels_of(raw)
+        if pod_labels.get(LABEL_CR) == cr_name:
+            observed = observe_pod(raw)
+            if observed is not None:
+                ours.append(observed)
+        elif str((raw.get("status") or {}).get("phase") or "") in _LIVE_PHASES:
+            foreign += 1
+    facts = NodeFacts(
+        name=name,
+        boot_id=boot_id(node),
+        ready=node_ready(node),
+        unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
+        cordon=parse_cordon(annotations.get(CORDON_ANNOTATION)),
+        pods_to_evict=len(plan.evict) + len(plan.waiting_for) + len(plan.blockers),
+        non_interrupt_pods=non_interrupt,
+        foreign_package_pods=foreign,
+    )
+    return NodeSnapshot(
+        name=name,
+        resource_version=str(meta.get("resourceVersion", "")),
+        labels=labels,
+        annotations=annotations,
+        taints=node_taints(node),
+        created=parse_time(meta.get("creationTimestamp")),
+        facts=facts,
+        state=state,
+        state_error=state_error,
+        status=parse_status(annotations.get(status_key(cr_name))),
+        record=parse_record(annotations.get(batch_annotation(cr_name))),
+        pods=tuple(sorted(ours, key=lambda p: p.name)),
+        drain=plan,
+        blocking_pdbs=tuple(p.key for p in blocking),
+    )
+
+
+def complete_on(cr_name: str, nodes: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """Nodes whose status label for ``cr_name`` says complete (sequencing input)."""
+    key = status_key(cr_name)
+    return frozenset(
+        str(meta_of(n).get("name", "")) for n in nodes if labels_of(n).get(key) == "complete"
+    )

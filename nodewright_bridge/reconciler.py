@@ -1,0 +1,33 @@
+"""The reconciler ``nwb controller`` runs: ``build_reconciler(context)`` (see
+``nodewright_bridge.runtime.reconciling.RECONCILER_MODULE``). The logic lives in
+``nodewright_bridge.controller``; this module only wires it to the runtime's context.
+"""
+
+from __future__ import annotations
+
+from nodewright_bridge.controller.productmetrics import ProductMetrics
+from nodewright_bridge.controller.reconciler import NodeWrightReconciler
+from nodewright_bridge.controller.snapshot import Stores
+from nodewright_bridge.k8s import caches
+from nodewright_bridge.runtime.manager import ReconcilerContext
+
+
+def build_reconciler(context: ReconcilerContext) -> NodeWrightReconciler:
+    informers = context.informers
+    stores = Stores(
+        nodes=informers.store(caches.NODES),
+        pods=informers.store(caches.PODS),
+        package_pods=informers.store(caches.PACKAGE_PODS),
+        pdbs=informers.store(caches.PDBS),
+        nodewrights=informers.store(caches.NODEWRIGHTS),
+        policies=informers.store(caches.POLICIES),
+    )
+    return NodeWrightReconciler(
+        rest=context.rest,
+        writer=context.writer,
+        events=context.events,
+        stores=stores,
+        namespace=context.namespace,
+        metrics=ProductMetrics(context.metrics.registry),
+        clock=context.clock,
+    )

@@ -1,0 +1,80 @@
+"""Fixtures of the e2e suite; the machinery lives in ``e2e_harness`` (see its docstring)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import yaml
+from e2e_harness import (
+    CRDS,
+    E2E,
+    NAMESPACE,
+    DispatchRunner,
+    PdbGuard,
+    World,
+    _package_dirs,
+    wait_for,
+)
+from kubernetes import client, config
+
+from nodewright_bridge.sandbox import Sandbox, binaries
+
+
+@pytest.fixture(scope="session")
+def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
+    if os.geteuid() != 0:
+        pytest.skip("exec-mode nodes need root (namespaces, chroot, mounts)")
+    missing = [n for n, b in binaries.find_all(binaries.REQUIRED).items() if b is None]
+    if missing:
+        pytest.skip(f"control-plane binaries missing ({', '.join(missing)}); run `make setup`")
+    packages = _package_dirs(tmp_path_factory.mktemp("packages"))
+    runner = DispatchRunner(packages)
+    box = Sandbox(
+        tmp_path_factory.mktemp("e2e-sandbox"), nodes=0, runner=runner, heartbeat_seconds=30.0
+    )
+    box.start()
+    api = config.new_client_from_config(config_file=str(box.kubeconfig))
+    try:
+        ext = client.ApiextensionsV1Api(api)
+        for path in sorted(CRDS.glob("*.yaml")):
+            ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+        for path in sorted(CRDS.glob("*.yaml")):
+            name = yaml.safe_load(path.read_text())["metadata"]["name"]
+            wait_for(
+                lambda n=name: any(
+                    c.type == "Established" and c.status == "True"
+                    for c in (ext.read_custom_resource_definition(n).status.conditions or [])
+                ),
+                what=f"CRD {name} established",
+            )
+        core = client.CoreV1Api(api)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+        yield E2E(box, api)
+    finally:
+        api.close()
+        box.stop()
+
+
+@pytest.fixture
+def world(e2e: E2E) -> Iterator[World]:
+    w = World(e2e)
+    try:
+        yield w
+    finally:
+        w.cleanup()
+
+
+@pytest.fixture(autouse=True)
+def pdb_guard(request: pytest.FixtureRequest) -> Iterator[PdbGuard | None]:
+    if "world" not in request.fixturenames:
+        yield None
+        return
+    env = request.getfixturevalue("e2e")
+    guard = PdbGuard(env)
+    yield guard
+    guard.stop()
+    assert not guard.violations, "PodDisruptionBudget violated:\n" + "\n".join(
+        guard.violations[:20]
+    )

@@ -1,0 +1,418 @@
+"""End-to-end harness (the fixtures in conftest.py use it): sandbox, nodes, the real agent,
+our controller.
+
+- ``e2e`` (session): a Sandbox whose kubelet runs package pods by image repository: images under
+  ``EXEC_REGISTRY`` run the real ``nwb-agent`` (exec mode) on the node's copy-on-write rootfs
+  with an assembled example role; anything else is simulated (a pod that succeeds after 1 s), for
+  tests where real Ansible adds nothing. CRDs from the chart and the controller namespace exist.
+- ``world`` (per test): unique node labels, helpers to add nodes, apply CRs/policies, read node
+  state, run the controller in-process (``start_controller``) or as ``nwb controller``
+  subprocesses (``spawn_controller``, for kill and leader-election tests); everything is undone
+  afterwards.
+- ``pdb_guard`` (autouse): watches every PodDisruptionBudget and its pods while the test runs and
+  fails the test if the number of healthy covered pods ever drops below ``minAvailable`` (never
+  below what the budget protects; a drain must wait instead).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from nodewright_bridge.k8s.client import ClientSettings, build_api_client
+from nodewright_bridge.k8s.rest import Rest
+from nodewright_bridge.reconciler import build_reconciler
+from nodewright_bridge.runtime.clock import SystemClock
+from nodewright_bridge.runtime.manager import Manager, ManagerSettings
+from nodewright_bridge.runtime.metrics import Metrics
+from nodewright_bridge.sandbox import Sandbox
+from nodewright_bridge.sandbox.kubelet.exec_runner import ExecRunner
+from nodewright_bridge.sandbox.kubelet.nodes import SimNode
+from nodewright_bridge.sandbox.kubelet.runners import (
+    ContainerSpec,
+    RunningContainer,
+    SimulateRunner,
+)
+from playbook_adapter.imaging import assemble_package
+from playbook_adapter.introspection import introspect_role
+
+ROOT = Path(__file__).resolve().parents[2]
+CRDS = ROOT / "charts" / "nodewright-bridge" / "crds"
+EXAMPLE_ROLES = ROOT / "examples" / "roles"
+TEST_ROLES = Path(__file__).resolve().parent / "roles"
+EXEC_REGISTRY = "registry.e2e.local:5000/nwb"
+SIM_REGISTRY = "sim.e2e.local/nwb"
+NAMESPACE = "nodewright-system"
+GROUP, VERSION = "bridge.nodewright.io", "v1alpha1"
+TEST_LABEL = "e2e.nodewright.io/test"
+WAIT_SECONDS = 120.0
+
+
+def wait_for(check: Callable[[], Any], *, timeout: float = WAIT_SECONDS, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what or check}: {last!r}")
+
+
+class DispatchRunner:
+    """Exec mode for images of ``EXEC_REGISTRY``, simulate mode for the rest."""
+
+    materializes = True
+
+    def __init__(self, image_map: dict[str, Path]) -> None:
+        self.exec = ExecRunner(image_map)
+        self.sim = SimulateRunner()
+        self._prepared: set[str] = set()
+        self._lock = threading.Lock()
+
+    def prepare_node(self, node: SimNode) -> None:
+        return None
+
+    def start(self, node: SimNode, spec: ContainerSpec) -> RunningContainer:
+        if spec.is_package_pod and self.exec.package_dir(spec.image) is not None:
+            with self._lock:
+                if node.name not in self._prepared:
+                    self.exec.prepare_node(node)
+                    self._prepared.add(node.name)
+            return self.exec.start(node, spec)
+        return self.sim.start(node, spec)
+
+    def release_node(self, node: SimNode) -> None:
+        with self._lock:
+            prepared = node.name in self._prepared
+            self._prepared.discard(node.name)
+        if prepared:
+            self.exec.release_node(node)
+
+    def close(self) -> None:
+        self.exec.close()
+
+
+def _package_dirs(dest: Path) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for base in (EXAMPLE_ROLES, TEST_ROLES):
+        for role in sorted(p for p in base.iterdir() if p.is_dir()):
+            target = dest / role.name
+            manifest = introspect_role(role, fallback_version="1.0.0")
+            assemble_package(role, manifest, target)
+            out[f"{EXEC_REGISTRY}/{role.name}"] = target
+    return out
+
+
+class E2E:
+    def __init__(self, box: Sandbox, api: client.ApiClient) -> None:
+        self.box = box
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.policy = client.PolicyV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.coordination = client.CoordinationV1Api(api)
+        self.kubeconfig = box.kubeconfig
+
+
+class InProcessController:
+    """The real manager + reconciler in threads of the test process."""
+
+    def __init__(self, kubeconfig: Path, *, identity: str, leader_elect: bool) -> None:
+        self.metrics = Metrics()
+        api_client = build_api_client(
+            ClientSettings(kubeconfig=str(kubeconfig)), metrics=self.metrics
+        )
+        settings = ManagerSettings(
+            identity=identity,
+            namespace=NAMESPACE,
+            metrics_addr="127.0.0.1:0",
+            leader_elect=leader_elect,
+        )
+        self.manager = Manager(
+            Rest(api_client), build_reconciler, settings, clock=SystemClock(), metrics=self.metrics
+        )
+        self.exit_code: int | None = None
+        self.thread = threading.Thread(target=self._run, name=f"controller-{identity}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.exit_code = self.manager.run()
+
+    def stop(self) -> None:
+        self.manager.stop()
+        self.thread.join(60)
+
+
+class World:
+    """One test's nodes, objects and controllers; all undone in ``cleanup``."""
+
+    def __init__(self, env: E2E) -> None:
+        self.env = env
+        self.core = env.core
+        self.custom = env.custom
+        self.id = uuid.uuid4().hex[:6]
+        self.labels = {TEST_LABEL: self.id}
+        self.nodes: list[str] = []
+        self.crs: list[str] = []
+        self.policies: list[str] = []
+        self.namespaces: list[str] = []
+        self.controllers: list[InProcessController] = []
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.logs: list[Path] = []
+
+    # -- nodes -------------------------------------------------------------------------------
+
+    def add_nodes(
+        self, count: int, labels: dict[str, str] | None = None, prefix: str = "n"
+    ) -> list[str]:
+        kubelet = self.env.box.kubelet
+        assert kubelet is not None
+        names = [f"e{self.id}-{prefix}{i}" for i in range(count)]
+        kubelet.add_nodes(names, labels={**self.labels, **(labels or {})})
+        self.nodes += names
+        for name in names:
+            wait_for(lambda n=name: self.node_ready(n), what=f"node {name} Ready")
+        return names
+
+    def node(self, name: str) -> Any:
+        return self.core.read_node(name)
+
+    def node_ready(self, name: str) -> bool:
+        try:
+            node = self.core.read_node(name)
+        except ApiException:
+            return False
+        return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+    def annotations(self, name: str) -> dict[str, str]:
+        return dict(self.core.read_node(name).metadata.annotations or {})
+
+    def state(self, cr: str, node: str) -> dict[str, Any]:
+        text = self.annotations(node).get(f"bridge.nodewright.io/state-{cr}")
+        return json.loads(text) if text else {}
+
+    def node_status(self, cr: str, node: str) -> str | None:
+        return (self.core.read_node(node).metadata.labels or {}).get(
+            f"bridge.nodewright.io/status-{cr}"
+        )
+
+    def boot_id(self, node: str) -> str:
+        return str(self.core.read_node(node).status.node_info.boot_id)
+
+    # -- objects -----------------------------------------------------------------------------
+
+    def cr_name(self, base: str) -> str:
+        return f"{base}-{self.id}"
+
+    def apply_cr(
+        self, name: str, spec: dict[str, Any], annotations: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        # chroot: the sandbox isolates each pod in its own PID namespace; nsenter would enter the
+        # pod's own view instead of the node root (ARCHITECTURE.md §7).
+        spec = {
+            "nodeSelectors": {"matchLabels": dict(self.labels)},
+            "hostConnection": "chroot",
+            **spec,
+        }
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "NodeWright",
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": spec,
+        }
+        created = self.custom.create_cluster_custom_object(GROUP, VERSION, "nodewrights", body)
+        self.crs.append(name)
+        return dict(created)
+
+    def patch_cr(self, name: str, patch: dict[str, Any]) -> None:
+        self.custom.patch_cluster_custom_object(GROUP, VERSION, "nodewrights", name, patch)
+
+    def get_cr(self, name: str) -> dict[str, Any]:
+        return dict(self.custom.get_cluster_custom_object(GROUP, VERSION, "nodewrights", name))
+
+    def cr_gone(self, name: str) -> bool:
+        try:
+            self.get_cr(name)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    def apply_policy(self, name: str, spec: dict[str, Any]) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "DeploymentPolicy",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "deploymentpolicies", body)
+        self.policies.append(name)
+
+    def condition(self, cr: str, kind: str) -> dict[str, Any] | None:
+        for cond in (self.get_cr(cr).get("status") or {}).get("conditions") or []:
+            if cond.get("type") == kind:
+                return dict(cond)
+        return None
+
+    def cr_status(self, cr: str) -> dict[str, Any]:
+        return dict(self.get_cr(cr).get("status") or {})
+
+    def namespace(self) -> str:
+        name = f"w-{self.id}-{len(self.namespaces)}"
+        self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        self.namespaces.append(name)
+        wait_for(
+            lambda: _exists(lambda: self.core.read_namespaced_service_account("default", name)),
+            what="default service account",
+        )
+        return name
+
+    def package_pods(self, cr: str) -> list[Any]:
+        return list(
+            self.core.list_namespaced_pod(
+                NAMESPACE, label_selector=f"bridge.nodewright.io/cr={cr}"
+            ).items
+        )
+
+    # -- controllers -------------------------------------------------------------------------
+
+    def start_controller(
+        self, *, identity: str = "", leader_elect: bool = False
+    ) -> InProcessController:
+        ctl = InProcessController(
+            self.env.kubeconfig, identity=identity or f"ctl-{self.id}", leader_elect=leader_elect
+        )
+        self.controllers.append(ctl)
+        return ctl
+
+    def spawn_controller(self, identity: str) -> subprocess.Popen[bytes]:
+        log = Path(f"/tmp/nwb-e2e-{self.id}-{identity}.log")
+        self.logs.append(log)
+        env = {**os.environ, "POD_NAME": identity}
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "nodewright_bridge.cli",
+                "controller",
+                "--kubeconfig",
+                str(self.env.kubeconfig),
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+            ],
+            stdout=log.open("ab"),
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+        )
+        self.processes.append(proc)
+        return proc
+
+    def cleanup(self) -> None:
+        for proc in self.processes:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+        for ctl in self.controllers:
+            ctl.stop()
+        for name in self.crs:
+            with contextlib.suppress(ApiException):
+                self.custom.patch_cluster_custom_object(
+                    GROUP, VERSION, "nodewrights", name, {"metadata": {"finalizers": None}}
+                )
+            with contextlib.suppress(ApiException):
+                self.custom.delete_cluster_custom_object(GROUP, VERSION, "nodewrights", name)
+        for name in self.policies:
+            with contextlib.suppress(ApiException):
+                self.custom.delete_cluster_custom_object(GROUP, VERSION, "deploymentpolicies", name)
+        for name in self.namespaces:
+            with contextlib.suppress(ApiException):
+                self.core.delete_namespace(name)
+        with contextlib.suppress(ApiException):
+            for pod in self.core.list_namespaced_pod(NAMESPACE).items:
+                if (pod.spec.node_name or "").startswith(f"e{self.id}-"):
+                    self.core.delete_namespaced_pod(
+                        pod.metadata.name, NAMESPACE, grace_period_seconds=0
+                    )
+        kubelet = self.env.box.kubelet
+        if self.nodes and kubelet is not None:
+            with contextlib.suppress(Exception):
+                kubelet.remove_nodes(self.nodes)
+
+
+def _exists(read: Callable[[], Any]) -> bool:
+    try:
+        read()
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+class PdbGuard:
+    """Polls PDBs and their pods; records every moment a budget is violated."""
+
+    def __init__(self, env: E2E) -> None:
+        self.env = env
+        self.violations: list[str] = []
+        self.checks = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="pdb-guard")
+        self._thread.start()
+
+    def _run(self) -> None:
+        policy = self.env.policy
+        core = self.env.core
+        while not self._stop.wait(0.2):
+            try:
+                pdbs = policy.list_pod_disruption_budget_for_all_namespaces().items
+                for pdb in pdbs:
+                    min_available = pdb.spec.min_available
+                    if min_available is None or isinstance(min_available, str):
+                        continue
+                    selector = ",".join(
+                        f"{k}={v}" for k, v in (pdb.spec.selector.match_labels or {}).items()
+                    )
+                    pods = core.list_namespaced_pod(
+                        pdb.metadata.namespace, label_selector=selector
+                    ).items
+                    healthy = [
+                        p
+                        for p in pods
+                        if p.metadata.deletion_timestamp is None
+                        and p.status.phase == "Running"
+                        and any(
+                            c.type == "Ready" and c.status == "True"
+                            for c in p.status.conditions or []
+                        )
+                    ]
+                    expected = int(pdb.status.expected_pods or 0) if pdb.status else 0
+                    if expected >= min_available and len(healthy) < min_available:
+                        gone = {p.metadata.name for p in pods} - {p.metadata.name for p in healthy}
+                        self.violations.append(
+                            f"{pdb.metadata.namespace}/{pdb.metadata.name}: {len(healthy)} healthy "
+                            f"< minAvailable {min_available} (not healthy: {sorted(gone)})"
+                        )
+                self.checks += 1
+            except Exception:  # the API may be restarting under a test; keep watching
+                continue
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
