@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stage_world import T0, World, failed_result, make_cr
 
 from lifecycle import actions as act
@@ -649,3 +652,67 @@ def test_back_off_doubles_and_is_capped() -> None:
 def test_requeue_at_is_the_earliest_deadline_of_the_plan() -> None:
     world = World(make_cr({"dexter": {"version": "1.0.0", "timeouts": {"stage": "7m"}}}))
     assert world.plan().requeue_at == T0 + timedelta(minutes=7)
+
+
+# --------------------------------------------------------------------------------------------
+# Properties
+# --------------------------------------------------------------------------------------------
+
+NAMES = ("alpha", "bravo", "charlie", "delta")
+KINDS = (None, "reboot", "service", "noop", "restartAllServices")
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[dict[str, dict[str, Any]], int, bool]:
+    count = draw(st.integers(1, len(NAMES)))
+    packages: dict[str, dict[str, Any]] = {}
+    for i, name in enumerate(NAMES[:count]):
+        pkg: dict[str, Any] = {"version": f"1.{i}.0"}
+        kind = draw(st.sampled_from(KINDS))
+        if kind is not None:
+            pkg["interrupt"] = {"type": kind, "services": ["svc"] if kind == "service" else []}
+        deps = draw(st.lists(st.sampled_from(NAMES[:i]), unique=True)) if i else []
+        if deps:
+            pkg["dependsOn"] = {d: packages[d]["version"] for d in deps}
+        packages[name] = pkg
+    return packages, draw(st.integers(0, 3)), draw(st.booleans())
+
+
+def _converged_in(world: World, state: Mapping[str, PackageState], name: str) -> bool:
+    pkg = world.cr.spec.packages[name]
+    entry = state.get(f"{name}|{pkg.version}")
+    terminal = Stage.POST_INTERRUPT if pkg.interrupt is not None else Stage.CONFIG
+    return entry is not None and entry.state is StageState.COMPLETE and entry.stage is terminal
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios())
+def test_walking_the_planner_with_successes_always_completes_and_keeps_the_invariants(
+    scenario: tuple[dict[str, dict[str, Any]], int, bool],
+) -> None:
+    packages, to_evict, human_cordon = scenario
+    world = World(make_cr(packages))
+    world.node = replace(world.node, pods_to_evict=to_evict, unschedulable=human_cordon)
+    for _ in range(80):
+        plan = world.plan()
+        assert plan == world.plan(), "planning must be deterministic"
+        # Dependencies are judged on the state the plan writes first (a pod that just succeeded
+        # completes its package in the same plan); drain on the node as observed.
+        for a in plan.actions:
+            if isinstance(a, act.CreatePackagePod):
+                pkg = world.cr.spec.packages[a.package]
+                if a.stages[0] in ("apply", "upgrade"):
+                    assert all(_converged_in(world, plan.state, d) for d in pkg.depends_on), a
+                if pkg.interrupt is not None and a.stages[0] != "post-interrupt":
+                    assert world.node.unschedulable and world.node.pods_to_evict == 0, a
+            if isinstance(a, act.CreateInterruptPod):
+                assert world.node.unschedulable and world.node.pods_to_evict == 0, a
+        world.apply(plan)
+        if plan.status is Status.COMPLETE and not world.pods:
+            break
+        world.finish_pods()
+        world.tick()
+    else:
+        raise AssertionError(f"never completed: {world.state}")
+    assert world.node.unschedulable is human_cordon
+    assert world.node.cordon is None
