@@ -1,6 +1,7 @@
-"""Benchmark: 1,000 simulate-mode nodes - time until all are Ready, then idle CPU over 30 s.
+"""Benchmark: 1,000 simulate-mode nodes - time until all are Ready, idle CPU over 30 s, then
+(with --pods N) how long N simulated package pods, one per node, take from create to Succeeded.
 
-Run: .venv/bin/python tests/bench/bench_sandbox_scale.py [--nodes 1000] [--idle 30]
+Run: .venv/bin/python tests/bench/bench_sandbox_scale.py [--nodes 1000] [--idle 30] [--pods 1000]
 Prints figures; asserts nothing about time (machines differ).
 """
 
@@ -16,6 +17,11 @@ import urllib.request
 from pathlib import Path
 
 from nodewright_bridge.sandbox import Sandbox
+from nodewright_bridge.sandbox.kubelet.runners import (
+    DURATION_ANNOTATION,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+)
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -45,10 +51,46 @@ def _ready_nodes(box: Sandbox) -> int:
     )
 
 
+def _package_pods(box: Sandbox, nodes: list[str], count: int) -> None:
+    api = box.api
+    assert api is not None
+    api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "bench"}})
+    while api.get("/api/v1/namespaces/bench/serviceaccounts/default", ok_missing=True) is None:
+        time.sleep(0.2)
+    began = time.monotonic()
+    for i in range(count):
+        api.request(
+            "POST",
+            "/api/v1/namespaces/bench/pods",
+            body={
+                "metadata": {
+                    "name": f"pkg-{i:04d}",
+                    "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                    "annotations": {DURATION_ANNOTATION: "1s"},
+                },
+                "spec": {
+                    "nodeName": nodes[i % len(nodes)],
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "agent", "image": "registry.invalid/pkg:1"}],
+                },
+            },
+        )
+    created = time.monotonic() - began
+    while True:
+        listed = api.get("/api/v1/namespaces/bench/pods") or {}
+        done = sum(1 for p in listed.get("items", []) if p["status"].get("phase") == "Succeeded")
+        if done >= count:
+            break
+        time.sleep(0.5)
+    print(f"{count} package pods created (one client, serial): {created:6.1f} s")
+    print(f"{count} package pods Succeeded (1 s runs):         {time.monotonic() - began:6.1f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--idle", type=float, default=30.0)
+    parser.add_argument("--pods", type=int, default=0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="nwb-bench-") as tmp:
         box = Sandbox(Path(tmp), nodes=0)
@@ -75,6 +117,8 @@ def main() -> None:
             for name, pid in components.items():
                 used = _cpu_seconds([pid]) - before[name]
                 print(f"  {name:28s} {100 * used / args.idle:6.1f} %")
+            if args.pods:
+                _package_pods(box, names, args.pods)
         finally:
             box.stop()
 
