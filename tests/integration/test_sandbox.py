@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from nodewright_bridge.sandbox.kubelet.runners import (
     MANAGED_BY_VALUE,
     MESSAGE_ANNOTATION,
 )
+from nodewright_bridge.sandbox.registry import Registry
 
 pytestmark = pytest.mark.integration
 
@@ -324,3 +326,16 @@ def _kubectl(kubeconfig: Path, *args: str) -> str:
             assert done.returncode == 0, done.stderr
             return done.stdout
         time.sleep(0.5)
+
+
+def test_the_local_registry_serves_the_registry_api_on_loopback(tmp_path: Path) -> None:
+    registry = Registry(tmp_path / "registry", storage=tmp_path / "storage")
+    registry.start()
+    try:
+        assert registry.host.startswith("127.0.0.1:")
+        url = f"http://{registry.host}/v2/_catalog"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            assert json.load(resp) == {"repositories": []}
+    finally:
+        registry.stop()
+    assert registry.process is None
