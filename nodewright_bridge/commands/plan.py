@@ -3,8 +3,9 @@
 Why a simulation and not a formula: batch sizes depend on earlier outcomes (failed batches shrink
 the next one, failureThreshold stops a compartment), so the command drives the real planner
 (``lifecycle.rollout.plan_rollout``) step by step with every node succeeding except the ones named
-with ``--fail``. ``--offline`` reads the CR, the policy and the nodes from files; a later ``--live``
-mode will read them from a cluster (not built yet).
+with ``--fail``. ``--offline`` reads the CR, the policy and the nodes from files; ``--live`` reads
+the nodes (with their current per-node state), the PDBs, and the CR (``--name``) and its policy
+from a cluster (see ``nodewright_bridge.commands.plan_live``).
 
 Offline assumptions: every node the CR targets has work to do (the CR is being rolled out to all
 of them) and no node holds a batch record yet (a fresh rollout).
@@ -308,22 +309,74 @@ def render_table(cr: NodeWright, sim: simulation.Simulation, console: Console) -
         console.print("[green]every targeted node completes[/green]")
 
 
-def _plan_live() -> None:
-    """Hook for ``--live``: read CRs, policies, nodes and PDBs from a cluster (not built yet)."""
-    raise BadInputError(["--live: planning against a cluster is not available yet; use --offline"])
+def _plan_live(
+    *,
+    cr_path: Path | None,
+    name: str | None,
+    policy_path: Path | None,
+    fail: Sequence[str],
+    output: str,
+    kubeconfig: str | None,
+    kube_context: str | None,
+) -> None:
+    """``--live``: CR from -f or --name, nodes, their state and PDBs from the cluster."""
+    from nodewright_bridge.commands import plan_live, status  # noqa: PLC0415 - needs the client
+
+    if (cr_path is None) == (name is None):
+        raise BadInputError(["--live: give exactly one of -f CR.yaml or --name NAME"])
+    problems: list[str] = []
+    cr = policy = None
+    if cr_path is not None:
+        try:
+            cr = load_cr(cr_path)
+        except BadInputError as exc:
+            problems += exc.problems
+    if policy_path is not None:
+        try:
+            policy = load_policy(policy_path)
+        except BadInputError as exc:
+            problems += exc.problems
+    if problems:
+        raise BadInputError(problems)
+    if cr is not None and policy is not None:
+        check_inputs(cr, policy, [], (), policy_path=policy_path)
+    try:
+        rest = status.connect(kubeconfig, kube_context)
+        inputs, sim = plan_live.plan(
+            rest,
+            file_cr=cr,
+            name=name,
+            file_policy=policy,
+            fail=fail,
+            now=datetime.now(tz=UTC),
+        )
+    except status.StatusError as exc:
+        raise BadInputError([str(exc)]) from None
+    except plan_live.LiveInputError as exc:
+        raise BadInputError(exc.problems) from None
+    if output == "json":
+        click.echo(json.dumps(plan_live.to_json(inputs, sim), indent=2))
+    else:
+        console = Console()
+        render_table(inputs.cr, sim, console)
+        plan_live.render_extra(inputs, console)
 
 
 @click.command(name="plan")
 @click.option("--offline", is_flag=True, help="Plan from files only; no cluster is contacted.")
-@click.option("--live", is_flag=True, hidden=True, help="Plan against the current cluster.")
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Plan against the cluster: nodes, their current state and PDBs from the API.",
+)
 @click.option(
     "-f",
     "--filename",
     "cr_path",
     type=click.Path(path_type=Path, dir_okay=False),
-    required=True,
-    help="NodeWright YAML file.",
+    help="NodeWright YAML file (required with --offline).",
 )
+@click.option("--name", help="--live: plan the NodeWright of this name that exists in the cluster.")
 @click.option(
     "-p",
     "--policy",
@@ -348,15 +401,25 @@ def _plan_live() -> None:
     show_default=True,
     help="Output format; json is stable for scripts.",
 )
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    envvar="KUBECONFIG",
+    help="--live: kubeconfig file (default: in-cluster config, else ~/.kube/config).",
+)
+@click.option("--context", "kube_context", default=None, help="--live: kubeconfig context.")
 def command(
     *,
     offline: bool,
     live: bool,
-    cr_path: Path,
+    cr_path: Path | None,
+    name: str | None,
     policy_path: Path | None,
     nodes_path: Path | None,
     fail: tuple[str, ...],
     output: str,
+    kubeconfig: str | None,
+    kube_context: str | None,
 ) -> None:
     """Show which nodes go in which batch, before anything is applied.
 
@@ -365,12 +428,25 @@ def command(
     where and why the rollout stops. Exit 2 on bad input, one line per problem.
     """
     try:
+        if live and offline:
+            raise BadInputError(["--live, --offline: choose one"])
         if live:
-            _plan_live()
-        if not offline:
-            raise BadInputError(
-                ["--offline: required (planning against a cluster is not built yet)"]
+            if nodes_path is not None:
+                raise BadInputError(["--nodes: only with --offline (--live reads the cluster)"])
+            _plan_live(
+                cr_path=cr_path,
+                name=name,
+                policy_path=policy_path,
+                fail=fail,
+                output=output,
+                kubeconfig=kubeconfig,
+                kube_context=kube_context,
             )
+            return
+        if not offline:
+            raise BadInputError(["--offline or --live: required (files or the cluster)"])
+        if cr_path is None:
+            raise BadInputError(["-f: required with --offline"])
         if nodes_path is None:
             raise BadInputError(["--nodes: required with --offline"])
         problems: list[str] = []

@@ -184,7 +184,15 @@ def test_bad_node_objects_are_reported_with_their_index(tmp_path: Path) -> None:
     ]
 
 
-def test_offline_needs_nodes_and_live_is_not_built_yet() -> None:
+def test_offline_needs_nodes_and_live_rejects_file_only_options(tmp_path: Path) -> None:
     assert bad(run("--offline", "-f", CR, "-p", POLICY)) == ["--nodes: required with --offline"]
-    (line,) = bad(run("--live", "-f", CR, "-p", POLICY))
-    assert line.startswith("--live:")
+    assert bad(run("-f", CR)) == ["--offline or --live: required (files or the cluster)"]
+    assert bad(run("--live", "--offline", "-f", CR)) == ["--live, --offline: choose one"]
+    assert bad(run("--live", "-f", CR, "--nodes", FLEET)) == [
+        "--nodes: only with --offline (--live reads the cluster)"
+    ]
+    assert bad(run("--live", "-f", CR, "--name", "x")) == [
+        "--live: give exactly one of -f CR.yaml or --name NAME"
+    ]
+    (line,) = bad(run("--live", "--name", "x", "--kubeconfig", tmp_path / "missing"))
+    assert line.startswith("cannot load the cluster configuration")
