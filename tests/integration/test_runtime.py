@@ -3,19 +3,25 @@ leader election with two electors, conditional writes, finalizers, Events, the m
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Kube, wait_for
 
-from nodewright_bridge import errors
+from nodewright_bridge import crds, errors
 from nodewright_bridge.k8s import resources, store
 from nodewright_bridge.k8s.client import ClientSettings, build_api_client, total_requests
 from nodewright_bridge.k8s.events import EventRecorder, ObjectRef
@@ -453,3 +459,74 @@ def test_the_request_counter_reports_requests_by_verb_and_resource(
     labels = {"verb": "get", "resource": "configmaps", "code": "404"}
     assert sample("nwb_api_requests_total", labels) == 1
     assert json.loads(json.dumps(labels))  # labels are plain strings
+
+
+def install_product_crds(rest: Rest) -> None:
+    """The NodeWright and DeploymentPolicy CRDs, which the controller's informers watch."""
+    for crd in crds.all_crds():
+        with contextlib.suppress(errors.AlreadyExistsError):
+            rest.create(CRDS, crd)
+
+    def served() -> bool:
+        try:
+            rest.list(resources.NODEWRIGHTS)
+            rest.list(resources.DEPLOYMENT_POLICIES)
+        except errors.NotFoundError:
+            return False
+        return True
+
+    wait_for(served, what="product CRDs served")
+
+
+def test_nwb_controller_runs_and_releases_its_lease_on_sigterm(kube: Kube, rest: Rest) -> None:
+    install_product_crds(rest)
+    ns = kube.namespace("cmd")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).parent),
+        "POD_NAME": "controller-test",
+    }
+    argv = [
+        str(Path(sys.executable).parent / "nwb"),
+        "controller",
+        "--kubeconfig",
+        str(kube.kubeconfig),
+        "--namespace",
+        ns,
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--log-format",
+        "json",
+        "--reconciler-module",
+        "logging_reconciler",
+    ]
+    proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")))
+    reader.start()
+
+    def messages() -> list[str]:
+        return [json.loads(line)["msg"] for line in list(lines) if line.startswith("{")]
+
+    def holder() -> str:
+        try:
+            lease = rest.get(resources.LEASES, "nodewright-bridge-controller", namespace=ns)
+        except errors.NotFoundError:
+            return ""
+        return str(lease["spec"].get("holderIdentity") or "")
+
+    try:
+        wait_for(lambda: holder().startswith("controller-test_"), what="lease acquired")
+        # keys from the nodes informer reach the (logging) reconciler once we lead
+        wait_for(lambda: "reconciled" in messages(), what="a reconcile")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(10)
+    assert proc.returncode == 0, "".join(lines)
+    assert holder() == ""
+    assert "became leader" in messages()
+    assert "leader lease released" in messages()
