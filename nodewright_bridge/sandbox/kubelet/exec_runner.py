@@ -124,6 +124,10 @@ class ExecRunner:
         self.roots = roots or NodeRoots()
         self.venv_bin = venv_bin or Path(sys.executable).parent
         self.network = network
+        # The container view mounts a fresh /tmp; a checkout or venv living under /tmp (CI clones)
+        # would vanish from it, so the code the agent runs from is bound in read-only.
+        code = {Path(sys.prefix).resolve(), Path(__file__).resolve().parents[3]}
+        self.code_binds = [isolation.Bind(d, str(d), read_only=True) for d in sorted(code)]
 
     def prepare_node(self, node: SimNode) -> None:
         self.roots.prepare(node)
@@ -139,7 +143,7 @@ class ExecRunner:
 
     def start(self, node: SimNode, spec: ContainerSpec) -> ExecContainer:
         root, state = self.roots.boot(node)
-        binds: list[isolation.Bind] = []
+        binds: list[isolation.Bind] = list(self.code_binds)
         env = {"PATH": f"{self.venv_bin}:{SYSTEM_PATH}", "HOME": "/root", "LANG": "C.UTF-8"}
         package = self.package_dir(spec.image)
         if package is not None:
