@@ -33,6 +33,7 @@ from nodewright_bridge.sandbox.kubelet.noderoots import (
     host_root_mount,
     reboot_command,
     resolve_in_root,
+    systemctl_command,
 )
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode
 from nodewright_bridge.sandbox.kubelet.runners import (
@@ -173,6 +174,7 @@ class ExecRunner:
         host_root = host_root_mount(spec.volume_mounts)
         if host_root:
             env["NW_REBOOT_COMMAND"] = reboot_command(host_root)
+            env["NW_SYSTEMCTL_COMMAND"] = systemctl_command(host_root)
         env.update(spec.env)
         argv = [*(spec.command or (DEFAULT_PACKAGE_COMMAND if package else ())), *spec.args]
         if not argv:

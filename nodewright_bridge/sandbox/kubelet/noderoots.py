@@ -30,6 +30,16 @@ def reboot_command(host_root: str) -> str:
     return f"sh -c 'mkdir -p \"$(dirname {request})\" && date > {request}'"
 
 
+SYSTEMCTL_LOG_PATH = "run/nodewright-sim/systemctl.log"
+
+
+def systemctl_command(host_root: str) -> str:
+    """``NW_SYSTEMCTL_COMMAND`` for a sandbox pod: node roots run no systemd, so each call
+    (``daemon-reload``, ``restart <unit>``) is recorded in the node's run dir and succeeds."""
+    log = f"{host_root.rstrip('/')}/{SYSTEMCTL_LOG_PATH}"
+    return f'sh -c \'mkdir -p "$(dirname {log})" && echo "$*" >> {log}\' systemctl'
+
+
 def host_root_mount(mounts: tuple[VolumeMount, ...]) -> str:
     """Where the pod mounts the node's ``/`` (hostPath ``/``), or "" if it does not."""
     for mount in mounts:

@@ -31,6 +31,7 @@ from nodewright_bridge.sandbox.kubelet.noderoots import (
     host_root_mount,
     reboot_command,
     resolve_in_root,
+    systemctl_command,
 )
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode
 from nodewright_bridge.sandbox.kubelet.runners import (
@@ -212,6 +213,7 @@ class PodmanRunner:
         host_root = host_root_mount(spec.volume_mounts)
         if host_root:
             env.setdefault("NW_REBOOT_COMMAND", reboot_command(host_root))
+            env.setdefault("NW_SYSTEMCTL_COMMAND", systemctl_command(host_root))
         env["NWB_NODE_ROOTS"] = " ".join(node_roots)
         env_file = scratch / "env"
         env_file.touch(mode=0o600)
