@@ -304,9 +304,7 @@ class World:
         env = {**os.environ, "POD_NAME": identity}
         proc = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "nodewright_bridge.cli",
+                str(Path(sys.executable).parent / "nwb"),
                 "controller",
                 "--kubeconfig",
                 str(self.env.kubeconfig),
