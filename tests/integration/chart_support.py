@@ -238,3 +238,27 @@ def poll(check: Callable[[], Any], *, timeout: float, what: str, every: float = 
             return last
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}: {last!r}")
+
+
+def ensure_crds(api: client.ApiClient, timeout: float = 60.0) -> None:
+    """Create the chart's CRDs (or bring them up to date) and wait until they are Established."""
+    ext = client.ApiextensionsV1Api(api)
+    for path in sorted(CHART_CRDS.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        name = crd["metadata"]["name"]
+        try:
+            ext.create_custom_resource_definition(crd)
+        except client.exceptions.ApiException as exc:
+            if exc.status != 409:
+                raise
+            current = ext.read_custom_resource_definition(name)
+            crd["metadata"]["resourceVersion"] = current.metadata.resource_version
+            ext.replace_custom_resource_definition(name, crd)
+
+        def established(name: str = name) -> bool:
+            live = ext.read_custom_resource_definition(name)
+            return any(
+                c.type == "Established" and c.status == "True" for c in live.status.conditions or []
+            )
+
+        poll(established, timeout=timeout, what=f"CRD {name} Established")
