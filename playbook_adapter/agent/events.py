@@ -208,9 +208,17 @@ class EventCollector:
 
 
 def failure_message(res: object) -> str:
-    """The useful part of a failed result: msg, then stderr/stdout tails, then item messages."""
+    """The useful part of a failed result: msg, then stderr/stdout tails, then rc.
+
+    A loop task's result says only "One or more items failed"; the first failed item's own
+    message (an assert's ``fail_msg``, a command's stderr) is what explains it, so it is used.
+    """
     if not isinstance(res, Mapping):
         return str(res)
+    if isinstance(res.get("results"), list):
+        for item in res["results"]:
+            if isinstance(item, Mapping) and item.get("failed"):
+                return failure_message(item)
     parts = []
     msg = res.get("msg")
     if msg:
@@ -220,11 +228,6 @@ def failure_message(res: object) -> str:
         if value and str(value) not in parts:
             parts.append(f"{key}: {str(value)[-500:]}")
             break
-    if not parts and isinstance(res.get("results"), list):
-        for item in res["results"]:
-            if isinstance(item, Mapping) and item.get("failed"):
-                parts.append(failure_message(item))
-                break
     if "rc" in res and res.get("rc") not in (None, 0):
         parts.append(f"rc={res['rc']}")
     return "; ".join(parts) or "failed"

@@ -88,8 +88,10 @@ def test_secrets_never_reach_stdout_or_the_event_log(tmp_path: Path) -> None:
     assert all(json.loads(line) for line in written.splitlines())
 
 
-def test_a_failure_message_prefers_msg_then_stderr_then_item_messages() -> None:
+def test_a_failure_message_is_a_failed_loop_items_own_else_msg_then_stderr_then_rc() -> None:
     assert failure_message({"msg": "m", "stderr": "e", "rc": 2}) == "m; stderr: e; rc=2"
     assert failure_message({"stderr": "boom", "rc": 1}) == "stderr: boom; rc=1"
     assert failure_message({"results": [{"failed": False}, {"failed": True, "msg": "x"}]}) == "x"
+    loop = {"msg": "One or more items failed", "results": [{"failed": True, "msg": "y"}]}
+    assert failure_message(loop) == "y"
     assert failure_message({}) == "failed"
