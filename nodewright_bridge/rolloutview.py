@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -472,6 +472,24 @@ def build_view(
         recent_failures=failures,
         problems=tuple(problems),
     )
+
+
+def remember_batches(view: RolloutView, memory: dict[str, tuple[str, int]]) -> RolloutView:
+    """Fill in batch numbers seen earlier in a watch (records are released once a node is done).
+
+    ``memory`` (node -> (compartment, batch)) is updated with the batches ``view`` shows.
+    """
+    rows = []
+    for row in view.nodes:
+        if row.batch is not None:
+            memory[row.name] = (row.compartment, row.batch)
+            rows.append(row)
+        elif row.name in memory:
+            compartment, batch = memory[row.name]
+            rows.append(replace(row, compartment=row.compartment or compartment, batch=batch))
+        else:
+            rows.append(row)
+    return replace(view, nodes=tuple(rows))
 
 
 # ---- rendering --------------------------------------------------------------------------------

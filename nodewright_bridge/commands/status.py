@@ -71,6 +71,12 @@ def connect(kubeconfig: str | None, context: str | None, metrics: Metrics | None
         raise StatusError(str(exc), EXIT_BAD_INPUT) from None
 
 
+def wide_console() -> Console:
+    """A console; when output is not a terminal, wide enough for the tables (not 80 columns)."""
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
+
+
 # ---- one-shot reads -----------------------------------------------------------------------------
 
 
@@ -267,6 +273,7 @@ def watch(
     view: rolloutview.RolloutView | None = None
     code: int | None = None
     reason = ""
+    batches: dict[str, tuple[str, int]] = {}
     display: Live | None = None
     try:
         if live and output == "table":
@@ -278,6 +285,7 @@ def watch(
                 reason = f"NodeWright {name!r} was deleted"
                 code = EXIT_FAILED
                 break
+            view = rolloutview.remember_batches(view, batches)
             if output == "json":
                 if previous is None or view.to_json() != previous.to_json():
                     _emit_json(view, sys.stdout, pretty=False)
@@ -291,7 +299,7 @@ def watch(
             else:
                 stamp = f"[{time.monotonic() - started:6.1f}s]"
                 for line in rolloutview.progress_lines(previous, view):
-                    console.print(f"{stamp} {line}", highlight=False, soft_wrap=True)
+                    console.print(f"{stamp} {line}", highlight=False, markup=False, soft_wrap=True)
             previous = view
             if view.outcome is not None:
                 code = _OUTCOME_EXIT[view.outcome]
@@ -311,7 +319,8 @@ def watch(
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
         reason = "interrupted"
-        view = follow.view() or view
+        latest = follow.view()
+        view = rolloutview.remember_batches(latest, batches) if latest is not None else view
     finally:
         if display is not None:
             display.stop()
@@ -319,7 +328,7 @@ def watch(
     if output == "table" and view is not None:
         console.print(rolloutview.summary(view))
     if reason:
-        console.print(f"[yellow]{reason}[/yellow]", highlight=False)
+        console.print(reason, style="yellow", highlight=False, markup=False)
     return code
 
 
@@ -378,7 +387,7 @@ def command(  # noqa: PLR0917 - click passes options positionally
 
     Without NAME: the only NodeWright in the cluster, or a list of all of them.
     """
-    console = Console()
+    console = wide_console()
     try:
         rest = connect(kubeconfig, kube_context)
         target = resolve_name(rest, name)

@@ -367,3 +367,20 @@ def test_node_selectors_become_the_api_label_selector(
     selector: dict[str, Any], expected: str
 ) -> None:
     assert selector_string(LabelSelector.model_validate(selector)) == expected
+
+
+def test_a_watch_remembers_batches_after_the_controller_releases_the_records() -> None:
+    memory: dict[str, tuple[str, int]] = {}
+    running = build_view(cr_object(status=running_status()), fleet(), policy_obj=policy_object())
+    rolloutview.remember_batches(running, memory)
+    released = fleet()
+    released[1]["metadata"]["annotations"].pop(f"{P}batch-{CR_NAME}")
+    later = build_view(cr_object(status=running_status()), released, policy_obj=policy_object())
+    assert {r.name: r.batch for r in later.nodes}["a100-1"] is None
+    filled = rolloutview.remember_batches(later, memory)
+    assert {r.name: r.batch for r in filled.nodes} == {
+        "a100-0": 1,
+        "a100-1": 2,
+        "h100-0": None,
+        "h100-1": None,
+    }
