@@ -286,11 +286,11 @@ def apply_object(rest: Rest, resource: resources.Resource, body: dict[str, Any])
     try:
         rest.create(resource, body)
     except AlreadyExistsError:
-        current = rest.get(resource, name)
-        if current.get("spec") == body["spec"]:
-            return "unchanged"
-        rest.patch(resource, name, {"spec": body["spec"]}, patch_type=PatchType.MERGE)
-        return "updated"
+        before = rest.get(resource, name)
+        after = rest.patch(resource, name, {"spec": body["spec"]}, patch_type=PatchType.MERGE)
+        # The server defaults fields, so compare generations rather than specs.
+        same = before["metadata"].get("generation") == after["metadata"].get("generation")
+        return "unchanged" if same else "updated"
     return "created"
 
 
