@@ -47,6 +47,11 @@ collection: venv
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
+## demo: the main job end to end - sandbox, example packages, policy, CR, controller, live progress
+## (again: reuses the running demo sandbox; `.venv/bin/nwb demo --down` stops it)
+demo: setup
+	$(BIN)/nwb demo
+
 ## plan-demo: the offline planner on the shipped examples (no cluster needed)
 plan-demo: venv
 	$(BIN)/nwb plan --offline -f examples/rollouts/gpu-tuning.yaml -p examples/policies/canary.yaml --nodes examples/nodes/fleet-12.yaml
