@@ -1,0 +1,115 @@
+"""Turning cached API objects into planner inputs never crashes on bad input."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from lifecycle.nodestate import PackageState, Stage, StageState
+from lifecycle.stages import PodPhase
+from lifecycle.status import NodeWrightStatus, Status
+from nodewright_bridge.controller import snapshot, statusing
+
+
+def test_an_invalid_cr_becomes_field_path_problems_instead_of_an_exception() -> None:
+    obj = {
+        "metadata": {"name": "bad", "generation": 3},
+        "spec": {"nodeSelectors": {}, "packages": {"pkg": {"version": "nope", "image": "x/y"}}},
+    }
+    parsed = snapshot.parse_nodewright(obj)
+    assert isinstance(parsed, snapshot.InvalidCR)
+    assert parsed.generation == 3
+    assert any("version" in line for line in parsed.problems)
+
+
+def test_a_corrupt_state_annotation_raises_value_error_and_a_good_one_round_trips() -> None:
+    with pytest.raises(ValueError):
+        snapshot.parse_state("{not json")
+    with pytest.raises(ValueError):
+        snapshot.parse_state('{"p|1.0.0": {"stage": "warp", "state": "complete"}}')
+    state = {"p|1.0.0": PackageState(stage=Stage.CONFIG, state=StageState.COMPLETE, attempts=1)}
+    assert snapshot.parse_state(snapshot.dump_state(state)) == state
+
+
+def package_pod(message: str | None, phase: str = "Succeeded") -> dict[str, object]:
+    terminated: dict[str, object] = {"exitCode": 0 if phase == "Succeeded" else 2}
+    if message is not None:
+        terminated["message"] = message
+    return {
+        "metadata": {
+            "name": "nw-a",
+            "labels": {
+                "bridge.nodewright.io/package": "p",
+                "bridge.nodewright.io/version": "1.0.0",
+                "bridge.nodewright.io/stage": "apply",
+            },
+            "annotations": {
+                "bridge.nodewright.io/stages": "apply,apply-check,config,config-check",
+                "bridge.nodewright.io/attempt": "2",
+            },
+        },
+        "status": {
+            "phase": phase,
+            "containerStatuses": [{"name": "agent", "state": {"terminated": terminated}}],
+        },
+    }
+
+
+def test_a_package_pod_is_observed_with_its_stages_attempt_and_agent_result() -> None:
+    result = {"v": 1, "package": "p", "version": "1.0.0", "failure": None}
+    pod = snapshot.observe_pod(package_pod(json.dumps(result)))
+    assert pod is not None
+    assert pod.stages == ("apply", "apply-check", "config", "config-check")
+    assert pod.attempt == 2 and pod.phase is PodPhase.SUCCEEDED and not pod.interrupt
+    assert pod.result is not None and pod.result.failure is None
+
+
+def test_garbage_in_a_termination_message_is_kept_as_an_unparseable_result() -> None:
+    pod = snapshot.observe_pod(package_pod("segfault!", phase="Failed"))
+    assert pod is not None and pod.result is not None and pod.result.unparseable
+
+
+def test_a_failed_pod_without_a_message_still_explains_itself() -> None:
+    pod = snapshot.observe_pod(package_pod(None, phase="Failed"))
+    assert pod is not None and pod.result is not None
+    assert "exit code 2" in pod.result.raw
+
+
+def test_drain_facts_of_a_workload_pod_are_read_from_the_slim_object() -> None:
+    view = snapshot.pod_view(
+        {
+            "metadata": {
+                "namespace": "ns",
+                "name": "w",
+                "ownerReferences": [{"kind": "ReplicaSet", "controller": True}],
+            },
+            "spec": {"volumes": [{"name": "scratch", "emptyDir": {}}]},
+            "status": {"phase": "Running"},
+        }
+    )
+    assert view.controller_kind == "ReplicaSet" and view.uses_empty_dir and not view.deleting
+
+
+def test_ready_message_lists_buckets_and_truncates_long_ones() -> None:
+    statuses = {f"n{i:02d}": Status.WAITING for i in range(12)}
+    statuses["done"] = Status.COMPLETE
+    text = statusing.ready_message(statuses)
+    assert text.startswith("1/13 nodes complete, 12 waiting (n00, ")
+    assert "list truncated" in text
+
+
+def test_the_aggregate_prefers_progress_then_errors() -> None:
+    assert statusing.aggregate([Status.COMPLETE, Status.COMPLETE]) is Status.COMPLETE
+    assert statusing.aggregate([Status.ERRORING, Status.IN_PROGRESS]) is Status.IN_PROGRESS
+    assert statusing.aggregate([Status.ERRORING, Status.WAITING]) is Status.ERRORING
+
+
+def test_invalid_spec_status_keeps_the_transition_time_while_unchanged() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    first = statusing.invalid_status(NodeWrightStatus(), 1, ["spec.x: bad"], now)
+    later = statusing.invalid_status(first, 1, ["spec.x: bad"], now.replace(hour=5))
+    assert first.conditions == later.conditions
+    invalid = next(c for c in later.conditions if c.type == "InvalidSpec")
+    assert invalid.status == "True" and "spec.x: bad" in invalid.message
