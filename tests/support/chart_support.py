@@ -64,8 +64,12 @@ class Helm:
             raise AssertionError(f"{' '.join(args[:2])} failed:\n{proc.stdout}\n{proc.stderr}")
         return proc
 
-    def install(self, release: str, *sets: str) -> subprocess.CompletedProcess[str]:
-        args = ["install", release, str(CHART), "--wait", "--timeout", HELM_TIMEOUT]
+    def install(
+        self, release: str, *sets: str, wait: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        args = ["install", release, str(CHART), "--timeout", HELM_TIMEOUT]
+        if wait:
+            args.append("--wait")
         for value in sets:
             args += ["--set", value]
         return self.run(*args)
