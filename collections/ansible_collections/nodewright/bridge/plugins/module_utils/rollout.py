@@ -137,24 +137,34 @@ def _condition(status, kind):
     return None
 
 
+# Conditions that end a wait with a failure, most specific first: Degraded names the node,
+# package, stage, task and error; Stalled only says which compartment stopped.
+_FAILURE_CONDITIONS = ("InvalidSpec", "PolicyNotFound", "Degraded", "Stalled")
+
+
 def rollout_outcome(obj):
     """(finished, failed, message) for a NodeWright object as the controller reports it.
 
-    Finished when Ready=True for the current generation; failed when a compartment is Stalled or
-    validation failed (Degraded), or the spec is invalid - the message is the controller's, which
-    names the node, package, stage, task and the failure text.
+    Only status the controller wrote for the current generation counts: after an update, an old
+    Ready or Degraded says nothing about the new spec. Finished when Ready=True; failed when the
+    spec is invalid, the policy is missing, validation failed (Degraded) or a compartment stopped
+    (Stalled) - the message joins the controller's messages of every such condition, Degraded's
+    first, so it names the node, package, stage, task and the failure text.
     """
     status = obj.get("status") or {}
     generation = obj.get("metadata", {}).get("generation")
     observed = status.get("observedGeneration")
-    for kind in ("InvalidSpec", "PolicyNotFound", "Stalled", "Degraded"):
+    if generation is not None and (observed is None or observed < generation):
+        return False, False, "waiting for the controller to observe generation %s" % generation
+    failures = []
+    for kind in _FAILURE_CONDITIONS:
         cond = _condition(status, kind)
         if cond and cond.get("status") == "True":
-            message = cond.get("message") or cond.get("reason") or kind
-            return True, True, "%s: %s" % (kind, message)
+            failures.append("%s: %s" % (kind, cond.get("message") or cond.get("reason") or kind))
+    if failures:
+        return True, True, "; ".join(failures)
     ready = _condition(status, "Ready")
-    current = generation is None or observed is None or observed >= generation
-    if ready and ready.get("status") == "True" and current:
+    if ready and ready.get("status") == "True":
         return True, False, ready.get("message", "")
     if ready:
         return False, False, ready.get("message", "")

@@ -109,6 +109,33 @@ def test_a_stalled_or_degraded_rollout_fails_with_the_controllers_message():
     assert "verify swappiness" in text and text.startswith("Degraded")
 
 
+def test_a_stalled_and_degraded_rollout_names_the_failed_task_before_the_stopped_compartment():
+    finished, failed, text = logic.rollout_outcome(
+        cr(
+            [
+                {"type": "Stalled", "status": "True", "message": "__default__: 1 failure(s) >= failureThreshold 1"},
+                {"type": "Degraded", "status": "True", "message": "node n1, package probe 1.0.0, stage apply, "
+                 "task 'The probe verifies': probe verify failed on purpose"},
+            ]
+        )
+    )
+    assert finished and failed
+    assert text.startswith("Degraded: node n1") and "The probe verifies" in text
+    assert "Stalled: __default__" in text
+
+
+def test_failure_conditions_of_an_older_generation_keep_the_wait_going():
+    outcome = logic.rollout_outcome(
+        cr([{"type": "Degraded", "status": "True", "message": "old failure"}], generation=3, observed=2)
+    )
+    assert outcome == (False, False, "waiting for the controller to observe generation 3")
+
+
+def test_a_rollout_without_status_yet_keeps_waiting():
+    fresh = {"metadata": {"name": "x", "generation": 1}}
+    assert logic.rollout_outcome(fresh)[:2] == (False, False)
+
+
 def test_node_results_come_from_the_node_annotations():
     nodes = [
         {
