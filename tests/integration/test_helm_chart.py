@@ -67,6 +67,20 @@ def _crd_present(ext: client.ApiextensionsV1Api, name: str) -> bool:
 def _remove_crds(ext: client.ApiextensionsV1Api) -> list[str]:
     """Delete our CRDs (left by earlier test modules) so the install must create them."""
     existed = [name for name in CRD_NAMES if _crd_present(ext, name)]
+    if existed:
+        # Objects an earlier module left behind with our finalizer (no controller runs here to
+        # remove it) would hold the CRD deletion forever.
+        custom = client.CustomObjectsApi(ext.api_client)
+        with contextlib.suppress(ApiException):
+            for item in custom.list_cluster_custom_object(GROUP, VERSION, "nodewrights")["items"]:
+                if item["metadata"].get("finalizers"):
+                    custom.patch_cluster_custom_object(
+                        GROUP,
+                        VERSION,
+                        "nodewrights",
+                        item["metadata"]["name"],
+                        {"metadata": {"finalizers": None}},
+                    )
     for name in existed:
         with contextlib.suppress(ApiException):
             ext.delete_custom_resource_definition(name)
