@@ -1,0 +1,282 @@
+"""Benchmark: a rollout over 1,000 simulated nodes with the real controller (issue 5).
+
+One package whose pods take 10 s (simulate mode), an exponential policy. Prints:
+- total rollout time (CR created -> Ready=True) against the floor: the sum of the batch durations,
+  i.e. (number of batches the offline planner predicts) x (pod duration);
+- API requests per node (the controller's own request counter, scraped from its /metrics);
+- the controller's peak RSS and CPU seconds (``/usr/bin/time -v`` around ``nwb controller``);
+- the CR status size in bytes (compact JSON).
+Targets (issue 5): within 10 % of the floor, under 150 MB RSS, CR status under 20 KB.
+
+Run: ``.venv/bin/python tests/bench/bench_rollout_1000.py [--nodes 1000] [--seconds 10]``.
+Not collected by pytest (file name) and asserts nothing: it prints figures.
+
+The pods' 10 s come from the sandbox side: the benchmark's kubelet runner adds the
+``sandbox.nodewright.io/duration`` annotation (CONTRACTS.md) to every package pod it starts, so
+the controller's pod spec needs no sandbox-only hook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from lifecycle import simulation
+from lifecycle.rollout import NodeView
+from lifecycle.validation import load_nodewright, load_policy
+from nodewright_bridge.commands import demo
+from nodewright_bridge.commands.status import connect
+from nodewright_bridge.k8s import resources
+from nodewright_bridge.k8s.rest import Rest
+from nodewright_bridge.sandbox import Sandbox
+from nodewright_bridge.sandbox.kubelet.nodes import SimNode
+from nodewright_bridge.sandbox.kubelet.runners import (
+    DURATION_ANNOTATION,
+    ContainerSpec,
+    SimulatedContainer,
+    SimulateRunner,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+FLEET_LABEL = {"bench.nodewright.io/fleet": "rollout"}
+
+
+class TimedRunner(SimulateRunner):
+    """Simulate mode where every package pod takes ``seconds`` (unless annotated otherwise)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def start(self, node: SimNode, spec: ContainerSpec) -> SimulatedContainer:
+        if spec.is_package_pod and DURATION_ANNOTATION not in spec.pod_annotations:
+            notes = {**spec.pod_annotations, DURATION_ANNOTATION: f"{self.seconds:g}s"}
+            spec = replace(spec, pod_annotations=notes)
+        return super().start(node, spec)
+
+
+def policy_body(budget_percent: int) -> dict[str, object]:
+    return {
+        "apiVersion": "bridge.nodewright.io/v1alpha1",
+        "kind": "DeploymentPolicy",
+        "metadata": {"name": "bench-exponential"},
+        "spec": {
+            "default": {
+                "budget": {"percent": budget_percent},
+                "strategy": {"exponential": {"initialBatch": 1, "growthFactor": 2}},
+            }
+        },
+    }
+
+
+def cr_body() -> dict[str, object]:
+    return {
+        "apiVersion": "bridge.nodewright.io/v1alpha1",
+        "kind": "NodeWright",
+        "metadata": {"name": "bench-rollout"},
+        "spec": {
+            "nodeSelectors": {"matchLabels": FLEET_LABEL},
+            "deploymentPolicy": "bench-exponential",
+            "hostConnection": "chroot",
+            "packages": {
+                "tuning": {
+                    "version": "1.0.0",
+                    "image": "sim.bench.local/nwb/tuning",
+                    "vars": {"level": 1},
+                }
+            },
+        },
+    }
+
+
+def predicted_batches(names: list[str], budget_percent: int) -> list[int]:
+    cr = load_nodewright(cr_body())
+    policy = load_policy(policy_body(budget_percent))
+    nodes = [NodeView(name=n, labels=dict(FLEET_LABEL)) for n in names]
+    sim = simulation.simulate(cr, policy, nodes, start=datetime(2025, 1, 1, tzinfo=UTC))
+    return [len(b.nodes) for b in sim.batches]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        return str(resp.read().decode())
+
+
+def requests_by_kind(metrics_text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    pattern = re.compile(r"^nwb_api_requests_total\{([^}]*)\} ([0-9.e+]+)$")
+    for line in metrics_text.splitlines():
+        match = pattern.match(line)
+        if not match:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+        key = f"{labels.get('verb', '?')} {labels.get('resource', '?')}"
+        out[key] = out.get(key, 0.0) + float(match.group(2))
+    return out
+
+
+def wait_ready(port: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError("the controller did not become ready")
+
+
+def condition(cr: dict[str, object], kind: str) -> dict[str, object] | None:
+    status = cr.get("status")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    for cond in conditions or []:
+        if cond.get("type") == kind:
+            return dict(cond)
+    return None
+
+
+def parse_time_v(text: str) -> dict[str, float]:
+    fields = {
+        "Maximum resident set size (kbytes)": "rss_kb",
+        "User time (seconds)": "user_s",
+        "System time (seconds)": "sys_s",
+    }
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        key, _, value = line.strip().rpartition(": ")
+        if key in fields:
+            out[fields[key]] = float(value)
+    return out
+
+
+def run(nodes: int, seconds: float, budget: int, timeout: float) -> None:
+    work = Path(tempfile.mkdtemp(prefix="nwb-bench-rollout-"))
+    print(f"sandbox: {nodes} simulate-mode nodes, package pods take {seconds:g}s; state {work}")
+    began = time.monotonic()
+    box = Sandbox(
+        work / "sandbox",
+        nodes=nodes,
+        labels=FLEET_LABEL,
+        runner=TimedRunner(seconds),
+        heartbeat_seconds=120.0,
+    )
+    box.start()
+    print(f"  started in {time.monotonic() - began:.1f}s")
+    controller: subprocess.Popen[bytes] | None = None
+    try:
+        rest: Rest = connect(str(box.kubeconfig), None)
+        demo.ensure_crds(rest)
+        demo.ensure_namespace(rest, demo.CONTROLLER_NAMESPACE)
+        names = [n.name for n in box.nodes]
+        batches = predicted_batches(names, budget)
+        floor = len(batches) * seconds
+        print(f"  planner: {len(batches)} batches {batches}; floor {floor:.0f}s")
+        port = free_port()
+        time_file = work / "time-v.txt"
+        log = work / "controller.log"
+        argv = [
+            "/usr/bin/time",
+            "-v",
+            "-o",
+            str(time_file),
+            sys.executable,
+            "-c",
+            "from nodewright_bridge.cli import main; main()",
+            "controller",
+            "--kubeconfig",
+            str(box.kubeconfig),
+            "--metrics-addr",
+            f"127.0.0.1:{port}",
+            "--log-format",
+            "json",
+            "--no-leader-elect",
+        ]
+        with log.open("wb") as out:
+            controller = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        wait_ready(port)
+        rest.create(resources.DEPLOYMENT_POLICIES, policy_body(budget))
+        idle_requests = sum(requests_by_kind(scrape(port)).values())
+        created = time.monotonic()
+        rest.create(resources.NODEWRIGHTS, cr_body())
+        last_line = ""
+        cr: dict[str, object] = {}
+        while time.monotonic() - created < timeout:
+            cr = rest.get(resources.NODEWRIGHTS, "bench-rollout")
+            ready = condition(cr, "Ready")
+            status = cr.get("status")
+            done = status.get("completeNodes", "") if isinstance(status, dict) else ""
+            line = f"  t={time.monotonic() - created:6.1f}s complete {done}"
+            if line.split("complete")[1] != last_line:
+                print(line, flush=True)
+                last_line = line.split("complete")[1]
+            if ready is not None and ready.get("status") == "True":
+                break
+            if controller.poll() is not None:
+                raise RuntimeError(f"the controller exited ({controller.returncode}); see {log}")
+            time.sleep(1.0)
+        total = time.monotonic() - created
+        counts = requests_by_kind(scrape(port))
+        status_bytes = len(json.dumps(cr.get("status") or {}, separators=(",", ":")))
+    finally:
+        if controller is not None and controller.poll() is None:
+            # Signal the controller itself: /usr/bin/time only reports once its child exits.
+            children = Path(f"/proc/{controller.pid}/task/{controller.pid}/children").read_text()
+            for child in children.split():
+                os.kill(int(child), signal.SIGTERM)
+            try:
+                controller.wait(60)
+            except subprocess.TimeoutExpired:
+                controller.kill()
+                controller.wait()
+        box.stop()
+    usage = parse_time_v(time_file.read_text()) if time_file.exists() else {}
+    requests = sum(counts.values()) - idle_requests
+    print()
+    print(f"nodes                      {nodes}")
+    print(f"batches                    {len(batches)} {batches}")
+    print(f"rollout time               {total:.1f}s (CR created -> Ready)")
+    print(
+        f"floor (sum of batches)     {floor:.1f}s; overhead {100 * (total - floor) / floor:+.1f}%"
+    )
+    print(f"API requests               {requests:.0f} during the rollout, "
+          f"{requests / nodes:.2f} per node ({idle_requests:.0f} before it)")  # fmt: skip
+    for key, value in sorted(counts.items(), key=lambda kv: -kv[1])[:8]:
+        print(f"    {key:40s} {value:.0f}")
+    if usage:
+        print(f"controller peak RSS        {usage.get('rss_kb', 0) / 1024:.1f} MB")
+        cpu = usage.get("user_s", 0) + usage.get("sys_s", 0)
+        print(f"controller CPU             {cpu:.1f}s (user {usage.get('user_s', 0):.1f}s)")
+    print(f"CR status size             {status_bytes} bytes")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=10.0, help="package pod duration")
+    parser.add_argument("--budget", type=int, default=100, help="policy budget percent")
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    args = parser.parse_args()
+    run(args.nodes, args.seconds, args.budget, args.timeout)
+
+
+if __name__ == "__main__":
+    main()
