@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from chart_support import Controller, Helm, poll, service_account_kubeconfig
 from e2e_harness import E2E, EXEC_REGISTRY, NAMESPACE, World
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from playbook_support import play_target
 
@@ -77,6 +78,32 @@ def test_a_playbook_rolls_out_a_package_to_ready_and_a_failing_verify_fails_its_
 ) -> None:
     ok_nodes = world.add_nodes(2, labels={"nwb-collection": "ok"}, prefix="ok")
     world.add_nodes(1, labels={"nwb-collection": "fail"}, prefix="fail")
+    # A workload on the ok nodes: the package's interrupt makes the controller drain its node,
+    # which it may only do through the Eviction API (pods/eviction), under the chart RBAC.
+    namespace = world.namespace()
+    labels = {"app": "workload"}
+    replica_set = client.V1ReplicaSet(
+        metadata=client.V1ObjectMeta(name="workload", namespace=namespace),
+        spec=client.V1ReplicaSetSpec(
+            replicas=1,
+            selector=client.V1LabelSelector(match_labels=labels),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels),
+                spec=client.V1PodSpec(
+                    node_selector={"nwb-collection": "ok"},
+                    containers=[client.V1Container(name="main", image="registry.invalid/app:1")],
+                ),
+            ),
+        ),
+    )
+    client.AppsV1Api(world.env.api).create_namespaced_replica_set(namespace, replica_set)
+
+    def running_workload() -> str:
+        pods = world.core.list_namespaced_pod(namespace, label_selector="app=workload").items
+        running = [p.metadata.name for p in pods if p.status.phase == "Running"]
+        return running[0] if running else ""
+
+    first_workload = poll(running_workload, timeout=60, what="workload pod running")
     ctl = chart_controller.controller
     poll(
         lambda: _lease_holder(world.env).startswith(chart_controller.account),
@@ -94,6 +121,7 @@ def test_a_playbook_rolls_out_a_package_to_ready_and_a_failing_verify_fails_its_
             "nwb_ok_selector": {**world.labels, "nwb-collection": "ok"},
             "nwb_fail_selector": {**world.labels, "nwb-collection": "fail"},
             "nwb_ok_node_count": len(ok_nodes),
+            "nwb_ok_interrupt": {"type": "service", "services": ["chrony"]},
         },
     )
     assert play.proc.returncode == 0, play.output + "\n--- controller log:\n" + ctl.log_text()
@@ -111,6 +139,10 @@ def test_a_playbook_rolls_out_a_package_to_ready_and_a_failing_verify_fails_its_
         root = kubelet.nodes[name].root_dir
         assert root is not None
         assert "vm.swappiness=17" in (root / "etc/sysctl.d/90-node-tuning.conf").read_text()
+    # The drain evicted the workload (its ReplicaSet made a new pod) and uncordoned the nodes.
+    names = [p.metadata.name for p in world.core.list_namespaced_pod(namespace).items]
+    assert first_workload not in names
+    assert not any(world.node(name).spec.unschedulable for name in ok_nodes)
     # The chart's RBAC was enough: the controller never got a 403 and is still leading.
     assert ctl.running(), ctl.log_text()
     assert ctl.forbidden() == [], "\n".join(ctl.forbidden()[:20])
