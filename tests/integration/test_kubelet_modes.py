@@ -302,6 +302,12 @@ class NodeWatcher:
             if not self.seen or self.seen[-1] != sample:
                 self.seen.append(sample)
 
+    def rebooted(self, before: str) -> bool:
+        """Seen: a new bootID reported NotReady, later the same bootID Ready."""
+        samples = list(self.seen)
+        down = [i for i, (boot, ready) in enumerate(samples) if boot != before and ready == "False"]
+        return bool(down) and samples[-1] == (samples[down[0]][0], "True")
+
     def stop(self) -> list[tuple[str, str]]:
         self._stop.set()
         self._thread.join(5)
@@ -339,13 +345,12 @@ def test_a_reboot_interrupt_pod_reboots_its_node_once_per_resource_id(
     )
     try:
         killed = finished(core, namespace, first)
-        wait_for(lambda: node_ready(core, node.name), what="node Ready again")
+        wait_for(lambda: watcher.rebooted(before), what="new bootID NotReady, then Ready")
     finally:
         seen = watcher.stop()
 
     after = boot_id(core, node.name)
-    assert after != before
-    assert (after, "False") in seen and seen[-1] == (after, "True"), seen
+    assert after != before and seen[-1] == (after, "True"), seen
     assert (killed.status.phase, killed.status.reason) == ("Failed", "NodeRebooted")
     web = core.read_namespaced_pod("web", namespace)
     assert (web.status.phase, web.status.reason) == ("Failed", "NodeRebooted")
