@@ -193,6 +193,29 @@ def node_results(nodes, cr_name):
     return results
 
 
+def erroring_details(node_states, limit=5):
+    """One line per erroring package on a node, from the node results (the Nodes' own record).
+
+    The controller's conditions summarise; the Nodes keep each package's stage and last message,
+    so a failed wait can say what failed even when the CR status names no task yet.
+    """
+    lines = []
+    for node in sorted(node_states):
+        packages = node_states[node].get("packages") or {}
+        for key in sorted(packages):
+            entry = packages[key]
+            if not isinstance(entry, dict) or entry.get("state") != "erroring":
+                continue
+            package, version = (key.split("|", 1) + [""])[:2]
+            lines.append(
+                "node %s, package %s %s, stage %s: %s"
+                % (node, package, version, entry.get("stage", "?"), entry.get("message", "no message"))
+            )
+    if len(lines) > limit:
+        lines = lines[:limit] + ["... and %d more" % (len(lines) - limit)]
+    return lines
+
+
 def summary(obj):
     """The part of a NodeWright a playbook usually wants to read or register."""
     status = obj.get("status") or {}

@@ -231,6 +231,9 @@ def run(module):
         result["recent_failures"] = result["rollout"]["recent_failures"]
         result["nodes"] = logic.node_results(resources.nodes(), name)
         if failed:
+            details = logic.erroring_details(result["nodes"])
+            if details:
+                message = "%s; erroring on the nodes: %s" % (message, "; ".join(details))
             raise nwclient.BridgeModuleError("rollout %s failed: %s" % (name, message), details=result)
     return result
 

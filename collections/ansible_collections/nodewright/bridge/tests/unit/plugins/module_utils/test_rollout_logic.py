@@ -176,3 +176,19 @@ def test_api_errors_report_the_api_servers_message():
         body = json.dumps({"message": "spec.packages.x.version: Invalid value: must be semver"})
 
     assert client.api_error_message(Exc()) == "spec.packages.x.version: Invalid value: must be semver"
+
+
+def test_erroring_packages_on_the_nodes_are_spelled_out_for_a_failed_wait():
+    states = {
+        "n2": {"status": "erroring", "packages": {"probe|1.0.0": {"stage": "apply", "state": "erroring", "message": "verify failed"}}},
+        "n1": {"status": "complete", "packages": {"probe|1.0.0": {"stage": "config", "state": "complete"}}},
+    }
+    assert logic.erroring_details(states) == ["node n2, package probe 1.0.0, stage apply: verify failed"]
+
+
+def test_erroring_details_are_bounded():
+    states = dict(
+        ("n%d" % i, {"packages": {"p|1.0.0": {"stage": "apply", "state": "erroring", "message": "x"}}}) for i in range(8)
+    )
+    lines = logic.erroring_details(states, limit=3)
+    assert len(lines) == 4 and lines[-1] == "... and 5 more"
