@@ -75,4 +75,6 @@ def play_target(
         str(playbook),
     ]
     proc = subprocess.run(argv, env=env, cwd=workdir, capture_output=True, text=True, check=False)
-    return Play(proc)
+    play = Play(proc)
+    (workdir / "ansible-playbook.log").write_text(play.output)  # kept for debugging
+    return play
