@@ -110,6 +110,10 @@ class NodeWrightReconciler:
         self._lock = threading.Lock()
         self._parsed: dict[str, ParsedCR] = {}
         self._written: dict[str, int] = {}
+        # The last status this process wrote per CR, with its resourceVersion: a reconcile that
+        # starts before the cache has caught up must build on it, not on an older status
+        # (recentFailures and batch states would otherwise be lost).
+        self._statuses: dict[str, tuple[int, NodeWrightStatus]] = {}
         self.executor = Executor(
             rest=rest,
             writer=writer,
@@ -208,6 +212,10 @@ class NodeWrightReconciler:
         parsed = self._parse(obj)
         meta = snapshot.meta_of(obj)
         old = _old_status(obj)
+        with self._lock:
+            mine = self._statuses.get(key)
+        if mine is not None and mine[0] > _rv_int(str(meta.get("resourceVersion", ""))):
+            old = mine[1]
         now = self._clock.now()
         if meta.get("deletionTimestamp"):
             return self._delete(key, obj, parsed, old, now)
@@ -482,7 +490,13 @@ class NodeWrightReconciler:
             },
             "nodeOrderOffset": plan.next_node_order,
         }
-        self._writer.patch_status(resources.NODEWRIGHTS, name, body)
+        answer = self._writer.patch_status(resources.NODEWRIGHTS, name, body)
+        self._remember_status(name, answer)
+
+    def _remember_status(self, name: str, answer: Mapping[str, Any]) -> None:
+        rv = _rv_int(str(snapshot.meta_of(answer).get("resourceVersion", "")))
+        with self._lock:
+            self._statuses[name] = (rv, _old_status(answer))
 
     def _write_status(self, name: str, old: NodeWrightStatus, new: NodeWrightStatus) -> None:
         old_wire = statusing.status_wire(old)
@@ -496,9 +510,10 @@ class NodeWrightReconciler:
             compartments.update(gone)
             body["compartments"] = compartments
         try:
-            self._writer.patch_status(resources.NODEWRIGHTS, name, body)
+            answer = self._writer.patch_status(resources.NODEWRIGHTS, name, body)
         except NotFoundError:
             return
+        self._remember_status(name, answer)
 
     def _observe(
         self, name: str, plan: rollout.RolloutPlan, statuses: Mapping[str, Status]
@@ -540,6 +555,7 @@ class NodeWrightReconciler:
         self._metrics.forget_cr(name, list(old.compartments), [s.value for s in Status])
         with self._lock:
             self._parsed.pop(name, None)
+            self._statuses.pop(name, None)
         logger.info("cleaned up after deleted NodeWright", extra={"cr": name})
         return Result()
 

@@ -380,7 +380,15 @@ class PdbGuard:
         while not self._stop.wait(0.2):
             try:
                 pdbs = policy.list_pod_disruption_budget_for_all_namespaces().items
+                # A namespace being deleted takes its pods with it; that is not a drain.
+                going = {
+                    ns.metadata.name
+                    for ns in core.list_namespace().items
+                    if ns.metadata.deletion_timestamp is not None
+                }
                 for pdb in pdbs:
+                    if pdb.metadata.namespace in going or pdb.metadata.deletion_timestamp:
+                        continue
                     min_available = pdb.spec.min_available
                     if min_available is None or isinstance(min_available, str):
                         continue
@@ -401,7 +409,12 @@ class PdbGuard:
                         )
                     ]
                     expected = int(pdb.status.expected_pods or 0) if pdb.status else 0
-                    if expected >= min_available and len(healthy) < min_available:
+                    if (
+                        expected >= min_available
+                        and len(healthy) < min_available
+                        and core.read_namespace(pdb.metadata.namespace).metadata.deletion_timestamp
+                        is None
+                    ):
                         gone = {p.metadata.name for p in pods} - {p.metadata.name for p in healthy}
                         self.violations.append(
                             f"{pdb.metadata.namespace}/{pdb.metadata.name}: {len(healthy)} healthy "
