@@ -44,6 +44,7 @@ from nodewright_bridge.commands import status as status_cmd
 from nodewright_bridge.errors import AlreadyExistsError, ApiError, NotFoundError
 from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.rest import PatchType, Rest
+from playbook_adapter.errors import PackageError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -154,11 +155,19 @@ def prepare_packages(state: Path) -> dict[str, Path]:
     return out
 
 
-def build_images(state: Path, registry: str, say: Callable[[str], None]) -> dict[str, str]:
-    """``nwb package build --push`` for each role copy: package -> pushed image repository."""
+def build_images(
+    state: Path, registry: str, base_rootfs: Path, say: Callable[[str], None]
+) -> dict[str, str]:
+    """``nwb package build --push`` for each role copy: package -> pushed image repository.
+
+    The base image is the node rootfs imported into the engine (no public registry needed).
+    """
     from playbook_adapter import imaging  # noqa: PLC0415 - needs a container engine
 
     engine = imaging.detect_engine(None)
+    base_image = f"localhost/nwb-base:{base_rootfs.name}"
+    say(f"base image {base_image} from the node rootfs")
+    imaging.ensure_rootfs_image(engine, base_rootfs, base_image)
     out: dict[str, str] = {}
     for name in PACKAGES:
         repository = f"{registry}/nodewright/{name}"
@@ -167,7 +176,7 @@ def build_images(state: Path, registry: str, say: Callable[[str], None]) -> dict
             state / "roles" / name,
             engine=engine,
             tag=f"{repository}:{PACKAGE_VERSION}",
-            base_image=imaging.DEFAULT_BASE_IMAGE,
+            base_image=base_image,
             now=datetime.now(tz=UTC),
         )
         say(f"pushing {result.image}")
@@ -441,7 +450,7 @@ def run_demo(
     repositories: dict[str, str] = {}
     if images:
         with steps.spinner("package images") as say:
-            repositories = build_images(state, str(sandbox.get("registry") or ""), say)
+            repositories = build_images(state, str(sandbox.get("registry") or ""), base, say)
     ensure_crds(rest)
     ensure_namespace(rest, CONTROLLER_NAMESPACE)
     policy, cr = demo_objects(repositories)
@@ -547,9 +556,14 @@ def command(  # noqa: PLR0917 - click passes options positionally
             console=console,
         )
     except (DemoError, status_cmd.StatusError) as exc:
-        console.print(f"[red]demo failed:[/red] {exc}", highlight=False)
+        console.print(f"demo failed: {exc}", style="red", highlight=False, markup=False)
+        raise click.exceptions.Exit(1) from None
+    except PackageError as exc:
+        for problem in exc.problems:
+            console.print(f"demo failed: {problem}", style="red", highlight=False, markup=False)
         raise click.exceptions.Exit(1) from None
     except (ApiError, NotFoundError) as exc:
-        console.print(f"[red]demo failed: the API server refused:[/red] {exc}", highlight=False)
+        message = f"demo failed: the API server refused: {exc}"
+        console.print(message, style="red", highlight=False, markup=False)
         raise click.exceptions.Exit(1) from None
     raise click.exceptions.Exit(code)
