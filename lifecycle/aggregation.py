@@ -1,5 +1,9 @@
 """Aggregate per-node statuses and failures into ``NodeWright.status``.
 
+The one place that decides a CR's status and conditions; the controller only gathers the inputs
+(``rollout_input`` maps a rollout plan and one reconcile's findings onto ``AggregationInput``) and
+writes the result.
+
 The result is bounded in fleet size: counters, at most ten names per list in a message, the last
 ``RECENT_FAILURES_MAX`` failures, no per-node maps (per-node truth stays on the Nodes).
 
@@ -17,15 +21,24 @@ degraded to ``unknown``):
 9. any node ``blocked`` -> ``blocked``; 10. any node ``waiting`` -> ``waiting``
 11. otherwise ``unknown``
 
-``lastTransitionTime`` of a condition moves only when its ``status`` flips.
+Conditions (ARCHITECTURE.md §4): ``Ready`` (NodeWright's reasons and message format),
+``Progressing``, ``Degraded`` (naming node, package, stage, task and message of the newest failure
+of an erroring node), ``Stalled`` (a compartment stopped on failureThreshold), ``PDBBlocked``
+(naming the PodDisruptionBudgets, or why a drain cannot evict), ``InvalidSpec``,
+``PolicyNotFound``, ``TaintNotTolerable``, ``NodesIgnored``, and ``NodeStateMalformed`` only
+while some node's state annotation cannot be parsed.
+
+``lastTransitionTime`` of a condition moves only when its ``status`` flips, so aggregating the same
+inputs twice gives the same status (the controller skips writes that change nothing).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
+from lifecycle.rollout import RolloutPlan
 from lifecycle.spec import NodeWright
 from lifecycle.stages import NodeFailure, rfc3339
 from lifecycle.status import (
@@ -42,6 +55,8 @@ NAMES_MAX = 10
 TRUNCATED = "(list truncated; see controller logs)"
 # A failure message in status is for orientation; the full text is in the event and the node log.
 FAILURE_MESSAGE_MAX = 256
+# Why one node's drain cannot evict (its blocking pods), in PDBBlocked.
+DRAIN_DETAIL_MAX = 1000
 # InvalidSpec shows this many problems; `nwb plan` prints them all.
 PROBLEMS_MAX = 5
 
@@ -95,9 +110,65 @@ class AggregationInput:
     policy_missing: bool = False
     invalid_spec: Sequence[str] = ()
     pdb_blocks: Sequence[PdbBlock] = ()
+    # node -> why its drain cannot evict (unmanaged or emptyDir pods), for PDBBlocked
+    drain_blockers: Mapping[str, Sequence[str]] = field(default_factory=dict)
     untolerable_nodes: Sequence[str] = ()
     ignored_nodes: Sequence[str] = ()
     waiting_for: str | None = None  # an earlier ``sequencing: all`` CR that is not complete
+    # compartment -> why it stopped (the rollout planner's words); Stalled also reads batch states
+    stop_reasons: Mapping[str, str] = field(default_factory=dict)
+    # node -> why its state annotation cannot be parsed (NodeStateMalformed)
+    malformed: Mapping[str, str] = field(default_factory=dict)
+
+
+def rollout_input(
+    cr: NodeWright,
+    plan: RolloutPlan,
+    node_status: Mapping[str, Status],
+    now: datetime,
+    *,
+    previous: NodeWrightStatus | None = None,
+    failures: Sequence[NodeFailure] = (),
+    pdb_blocked: Mapping[str, Sequence[str]] | None = None,
+    drain_blockers: Mapping[str, Sequence[str]] | None = None,
+    malformed: Mapping[str, str] | None = None,
+    waiting_on: Sequence[str] = (),
+) -> AggregationInput:
+    """The aggregation input for one reconcile: the rollout plan plus what the reconcile saw.
+
+    ``node_status`` has every targeted node; ``pdb_blocked`` maps a node to the ``namespace/name``
+    of each PodDisruptionBudget that refused or would refuse its evictions; ``waiting_on`` lists
+    earlier ``sequencing: all`` CRs that are not complete.
+    """
+    return AggregationInput(
+        cr=cr,
+        nodes=[NodeStatusView(name, status) for name, status in node_status.items()],
+        now=now,
+        previous=previous,
+        failures=failures,
+        compartments={name: cp.status for name, cp in plan.compartments.items()},
+        node_order_offset=plan.next_node_order,
+        paused=plan.paused,
+        disabled=plan.disabled,
+        policy_missing=plan.policy_missing,
+        pdb_blocks=pdb_blocks_of(pdb_blocked or {}),
+        drain_blockers=dict(drain_blockers or {}),
+        untolerable_nodes=sorted({b.node for b in plan.blocked}),
+        ignored_nodes=sorted(set(plan.ignored)),
+        waiting_for=waiting_on[0] if waiting_on else None,
+        stop_reasons=dict(plan.stopped),
+        malformed=dict(malformed or {}),
+    )
+
+
+def pdb_blocks_of(by_node: Mapping[str, Sequence[str]]) -> tuple[PdbBlock, ...]:
+    """Group ``node -> ["namespace/name", ...]`` by PodDisruptionBudget."""
+    nodes: dict[tuple[str, str], set[str]] = {}
+    for node, keys in by_node.items():
+        for key in keys:
+            namespace, _, name = key.partition("/")
+            nodes.setdefault((namespace, name), set()).add(node)
+    return tuple(PdbBlock(ns, name, tuple(sorted(n))) for (ns, name), n in sorted(nodes.items()))
 
 
 def cr_status(inp: AggregationInput) -> Status:
@@ -133,6 +204,7 @@ def aggregate(inp: AggregationInput) -> NodeWrightStatus:
     complete = counts.get(Status.COMPLETE, 0)
     previous = inp.previous or NodeWrightStatus()
     failures = [*previous.recent_failures, *(_failure(f) for f in inp.failures)]
+    failures = failures[-RECENT_FAILURES_MAX:]
     compartments = (
         dict(inp.compartments) if inp.compartments is not None else dict(previous.compartments)
     )
@@ -140,30 +212,52 @@ def aggregate(inp: AggregationInput) -> NodeWrightStatus:
     conditions = [
         _ready(inp, status, complete),
         _progressing(counts, status),
-        _degraded(inp, counts, failures[-RECENT_FAILURES_MAX:]),
-        _stalled(compartments),
-        _pdb_blocked(inp.pdb_blocks),
+        _degraded(inp, counts, failures),
+        _stalled(compartments, inp.stop_reasons),
+        _pdb_blocked(inp.pdb_blocks, inp.drain_blockers),
         _invalid_spec(inp.invalid_spec),
         _policy_not_found(inp),
         _taint_not_tolerable(inp.untolerable_nodes),
         _nodes_ignored(inp.ignored_nodes),
     ]
-    before = {c.type: c for c in previous.conditions}
-    now_text = rfc3339(inp.now)
-    conditions = [_settle(c, before.get(c.type), now_text, generation) for c in conditions]
+    if inp.malformed:
+        conditions.append(_node_state_malformed(inp.malformed))
     spec = cr.spec
     policy = spec.deployment_policy or ("legacy" if spec.interruption_budget else "")
     return NodeWrightStatus(
         observed_generation=generation,
         status=status,
-        conditions=conditions,
+        conditions=_settle_all(conditions, previous, inp.now, generation),
         compartments=compartments,
         nodes_in_progress=counts.get(Status.IN_PROGRESS, 0) + counts.get(Status.ERRORING, 0),
         complete_nodes=f"{complete}/{len(inp.nodes)}",
         package_list=",".join(f"{n}:{p.version}" for n, p in sorted(spec.packages.items())),
-        recent_failures=failures[-RECENT_FAILURES_MAX:],
+        recent_failures=failures,
         node_order_offset=inp.node_order_offset,
         policy=policy,
+    )
+
+
+def invalid_status(
+    previous: NodeWrightStatus, generation: int, problems: Sequence[str], now: datetime
+) -> NodeWrightStatus:
+    """Status of a CR that does not validate (there is no spec to aggregate over).
+
+    ``blocked`` with ``InvalidSpec`` naming the field-path problems and ``Ready=False``; counters,
+    compartments, failures and the other conditions stay as they were.
+    """
+    conditions = [
+        _cond("Ready", False, READY_REASONS[Status.BLOCKED], "spec is invalid (see InvalidSpec)"),
+        _invalid_spec(problems),
+    ]
+    settled = _settle_all(conditions, previous, now, generation)
+    kept = [c for c in previous.conditions if c.type not in {"Ready", "InvalidSpec"}]
+    return previous.model_copy(
+        update={
+            "observed_generation": generation,
+            "status": Status.BLOCKED,
+            "conditions": settled + kept,
+        }
     )
 
 
@@ -181,6 +275,12 @@ def ready_message(nodes: Sequence[NodeStatusView]) -> str:
     return ", ".join(parts)
 
 
+def describe_failure(f: NodeFailure | RecentFailure) -> str:
+    """``node n, package p 1.0.0, stage apply, task 'T': message`` (conditions and events)."""
+    task = f", task {f.task!r}" if f.task else ""
+    return f"node {f.node}, package {f.package} {f.version}, stage {f.stage}{task}: {f.message}"
+
+
 def _names(names: Sequence[str]) -> str:
     if not names:
         return ""
@@ -196,17 +296,18 @@ def _counts(nodes: Sequence[NodeStatusView]) -> dict[Status, int]:
     return counts
 
 
+def _clip(text: str, limit: int = FAILURE_MESSAGE_MAX) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _failure(f: NodeFailure) -> RecentFailure:
-    message = f.message
-    if len(message) > FAILURE_MESSAGE_MAX:
-        message = message[: FAILURE_MESSAGE_MAX - 1] + "…"
     return RecentFailure(
         node=f.node,
         package=f.package,
         version=f.version,
         stage=f.stage,
         task=f.task,
-        message=message,
+        message=_clip(f.message),
         time=rfc3339(f.time),
     )
 
@@ -215,14 +316,20 @@ def _cond(type_: str, true: bool, reason: str, message: str) -> Condition:
     return Condition(type=type_, status="True" if true else "False", reason=reason, message=message)
 
 
-def _settle(
-    condition: Condition, before: Condition | None, now_text: str, generation: int
-) -> Condition:
-    moved = before is None or before.status != condition.status
-    when = now_text if moved or before is None else before.last_transition_time
-    return condition.model_copy(
-        update={"last_transition_time": when or now_text, "observed_generation": generation}
-    )
+def _settle_all(
+    conditions: Sequence[Condition], previous: NodeWrightStatus, now: datetime, generation: int
+) -> list[Condition]:
+    """Stamp generation and lastTransitionTime (kept from ``previous`` unless the status flips)."""
+    before = {c.type: c for c in previous.conditions}
+    now_text = rfc3339(now)
+    out = []
+    for condition in conditions:
+        old = before.get(condition.type)
+        moved = old is None or old.status != condition.status
+        when = now_text if moved or old is None else old.last_transition_time
+        update = {"last_transition_time": when or now_text, "observed_generation": generation}
+        out.append(condition.model_copy(update=update))
+    return out
 
 
 def _ready(inp: AggregationInput, status: Status, complete: int) -> Condition:
@@ -244,45 +351,53 @@ def _degraded(
     if not erroring:
         return _cond("Degraded", False, "NoFailures", "no node is erroring")
     names = {n.name for n in inp.nodes if n.status is Status.ERRORING}
+    head = f"{erroring} node(s) erroring ({_list(sorted(names))})"
     latest = next((f for f in reversed(failures) if f.node in names), None)
     if latest is None:
-        return _cond("Degraded", True, "StageFailed", f"{erroring} node(s) erroring")
+        return _cond("Degraded", True, "StageFailed", head)
     if latest.stage.endswith("-check"):
         reason = "ValidationFailed"
     elif latest.stage in ("drain", "wait"):
         reason = "DrainFailed"
     else:
         reason = "StageFailed"
-    task = f" task {latest.task!r}" if latest.task else ""
-    message = (
-        f"{erroring} node(s) erroring; latest: node {latest.node}, package {latest.package} "
-        f"{latest.version}, stage {latest.stage}{task}: {latest.message}"
-    )
-    return _cond("Degraded", True, reason, message)
+    return _cond("Degraded", True, reason, f"{head}; latest: {describe_failure(latest)}")
 
 
-def _stalled(compartments: Mapping[str, CompartmentStatus]) -> Condition:
+def _stalled(
+    compartments: Mapping[str, CompartmentStatus], reasons: Mapping[str, str]
+) -> Condition:
     stopped = sorted(
-        name for name, c in compartments.items() if c.batch_state and c.batch_state.should_stop
+        {name for name, c in compartments.items() if c.batch_state and c.batch_state.should_stop}
+        | set(reasons)
     )
     if not stopped:
         return _cond("Stalled", False, "NotStalled", "no compartment stopped")
-    return _cond(
-        "Stalled",
-        True,
-        "FailureThresholdReached",
-        f"compartment(s) {_list(stopped)} stopped: failureThreshold consecutive batches failed",
-    )
+    default = "compartment {} stopped: failureThreshold consecutive batches failed"
+    lines = [reasons.get(name) or default.format(name) for name in stopped[:NAMES_MAX]]
+    more = len(stopped) - NAMES_MAX
+    message = "; ".join(lines) + (f"; and {more} more compartment(s)" if more > 0 else "")
+    return _cond("Stalled", True, "FailureThresholdReached", message)
 
 
-def _pdb_blocked(blocks: Sequence[PdbBlock]) -> Condition:
-    if not blocks:
+def _pdb_blocked(
+    blocks: Sequence[PdbBlock], drain_blockers: Mapping[str, Sequence[str]]
+) -> Condition:
+    if not blocks and not drain_blockers:
         return _cond("PDBBlocked", False, "NoBlockingPDB", "no PodDisruptionBudget blocks a drain")
     parts = [
         f"PodDisruptionBudget {b.namespace}/{b.name} blocks eviction on node(s) {_list(b.nodes)}"
         for b in sorted(blocks, key=lambda b: (b.namespace, b.name))[:NAMES_MAX]
     ]
-    return _cond("PDBBlocked", True, "EvictionBlocked", "; ".join(parts))
+    nodes = sorted(drain_blockers)
+    parts.extend(
+        f"node {n}: {_clip('; '.join(drain_blockers[n]), DRAIN_DETAIL_MAX)}"
+        for n in nodes[:NAMES_MAX]
+    )
+    if len(nodes) > NAMES_MAX:
+        parts.append(f"and {len(nodes) - NAMES_MAX} more node(s) whose drain is blocked")
+    reason = "EvictionBlocked" if blocks else "DrainBlocked"
+    return _cond("PDBBlocked", True, reason, "; ".join(parts))
 
 
 def _invalid_spec(problems: Sequence[str]) -> Condition:
@@ -299,7 +414,10 @@ def _policy_not_found(inp: AggregationInput) -> Condition:
     name = inp.cr.spec.deployment_policy
     if inp.policy_missing:
         return _cond(
-            "PolicyNotFound", True, "DeploymentPolicyNotFound", f"DeploymentPolicy {name} not found"
+            "PolicyNotFound",
+            True,
+            "DeploymentPolicyNotFound",
+            f"DeploymentPolicy {name} not found; nothing is scheduled",
         )
     return _cond("PolicyNotFound", False, "PolicyFound", "")
 
@@ -324,6 +442,16 @@ def _nodes_ignored(nodes: Sequence[str]) -> Condition:
     else:
         message = f"Node [{', '.join(sorted(nodes))}] ignored by label."
     return _cond("NodesIgnored", True, "NodesIgnored", message)
+
+
+def _node_state_malformed(malformed: Mapping[str, str]) -> Condition:
+    names = sorted(malformed)
+    first = names[0]
+    message = (
+        f"state annotation cannot be parsed on {len(names)} node(s): {_list(names)} "
+        f"({first}: {_clip(malformed[first])})"
+    )
+    return _cond("NodeStateMalformed", True, "ParseError", message)
 
 
 def _list(names: Sequence[str]) -> str:

@@ -14,10 +14,20 @@ from lifecycle.aggregation import (
     PdbBlock,
     aggregate,
     cr_status,
+    invalid_status,
+    pdb_blocks_of,
     ready_message,
+    rollout_input,
 )
+from lifecycle.rollout import BlockedNode, CompartmentPlan, RolloutPlan
 from lifecycle.stages import NodeFailure
-from lifecycle.status import RECENT_FAILURES_MAX, BatchState, CompartmentStatus, Status
+from lifecycle.status import (
+    RECENT_FAILURES_MAX,
+    BatchState,
+    CompartmentStatus,
+    NodeWrightStatus,
+    Status,
+)
 
 S = Status
 
@@ -168,3 +178,88 @@ def test_status_size_does_not_grow_with_the_fleet() -> None:
     small = aggregate(inp(*[S.IN_PROGRESS] * 20, *[S.COMPLETE] * 20))
     large = aggregate(inp(*[S.IN_PROGRESS] * 5000, *[S.COMPLETE] * 5000))
     assert abs(len(large.model_dump_json()) - len(small.model_dump_json())) < 50
+
+
+def test_invalid_spec_status_keeps_the_transition_time_while_unchanged() -> None:
+    first = invalid_status(NodeWrightStatus(), 1, ["spec.x: bad"], T0)
+    later = invalid_status(first, 1, ["spec.x: bad"], T0.replace(hour=5))
+    assert first.conditions == later.conditions
+    invalid = next(c for c in later.conditions if c.type == "InvalidSpec")
+    assert invalid.status == "True" and "spec.x: bad" in invalid.message
+
+
+def test_an_invalid_spec_blocks_the_cr_and_keeps_its_counters_and_other_conditions() -> None:
+    before = aggregate(inp(S.COMPLETE, S.IN_PROGRESS))
+    status = invalid_status(before, 2, ["spec.packages.a.version: bad"], T0)
+    assert status.status is S.BLOCKED and status.observed_generation == 2
+    assert status.complete_nodes == "1/2"
+    assert cond(status, "Ready").status == "False"
+    assert cond(status, "Progressing") == cond(before, "Progressing")
+
+
+def test_node_state_malformed_names_the_node_and_is_absent_once_fixed() -> None:
+    broken = aggregate(inp(S.COMPLETE, S.UNKNOWN, malformed={"n01": "Expecting value"}))
+    c = cond(broken, "NodeStateMalformed")
+    assert (c.status, c.reason) == ("True", "ParseError")  # type: ignore[attr-defined]
+    assert "n01" in c.message and "Expecting value" in c.message  # type: ignore[attr-defined]
+    fixed = aggregate(inp(S.COMPLETE, S.COMPLETE, previous=broken))
+    assert all(c.type != "NodeStateMalformed" for c in fixed.conditions)
+
+
+def test_degraded_lists_the_erroring_nodes_and_says_stage_failed_for_an_apply() -> None:
+    failure = NodeFailure("n01", "dexter", "1.2.3", "apply", "", "exit 2", T0, True)
+    degraded = cond(aggregate(inp(S.COMPLETE, S.ERRORING, failures=[failure])), "Degraded")
+    assert degraded.reason == "StageFailed"  # type: ignore[attr-defined]
+    assert degraded.message == (  # type: ignore[attr-defined]
+        "1 node(s) erroring (n01); latest: node n01, package dexter 1.2.3, stage apply: exit 2"
+    )
+
+
+def test_stalled_uses_the_planners_reason_when_it_has_one() -> None:
+    reasons = {"gpu": "compartment gpu stopped after 2 consecutive failed batch(es)"}
+    stalled = cond(aggregate(inp(S.ERRORING, stop_reasons=reasons)), "Stalled")
+    assert stalled.message == reasons["gpu"]  # type: ignore[attr-defined]
+
+
+def test_pdb_blocked_groups_budgets_by_name_and_reports_drains_blocked_by_pods() -> None:
+    blocks = pdb_blocks_of({"n01": ["ml/train", "ml/train"], "n00": ["ml/train", "db/pg"]})
+    assert blocks == (PdbBlock("db", "pg", ("n00",)), PdbBlock("ml", "train", ("n00", "n01")))
+    pods = {"n02": ["pod ns/p has no controller and would be lost by eviction"]}
+    c = cond(aggregate(inp(S.IN_PROGRESS, drain_blockers=pods)), "PDBBlocked")
+    assert (c.status, c.reason) == ("True", "DrainBlocked")  # type: ignore[attr-defined]
+    assert "node n02: pod ns/p has no controller" in c.message  # type: ignore[attr-defined]
+
+
+def test_rollout_input_carries_the_plan_into_status_fields_and_conditions() -> None:
+    comp = CompartmentStatus(matched=3, ceiling=1, completed=1)
+    plan = RolloutPlan(
+        compartments={
+            "__default__": CompartmentPlan("__default__", comp, 1, (), (), False, (), None)
+        },
+        assignment={},
+        allowed=(),
+        records={},
+        released=(),
+        orders={},
+        blocked=(BlockedNode("n02", "__default__", ()),),
+        ignored=("n03",),
+        waiting=(),
+        stopped={},
+        next_node_order=7,
+    )
+    statuses = {"n00": S.COMPLETE, "n01": S.IN_PROGRESS, "n02": S.BLOCKED, "n03": S.WAITING}
+    got = rollout_input(
+        make_cr({"dexter": {"version": "1.2.3"}}),
+        plan,
+        statuses,
+        T0,
+        pdb_blocked={"n01": ["ml/train"]},
+        waiting_on=["earlier"],
+    )
+    status = aggregate(got)
+    assert status.compartments == {"__default__": comp}
+    assert status.node_order_offset == 7 and status.complete_nodes == "1/4"
+    assert cond(status, "TaintNotTolerable").status == "True"
+    assert "n03" in cond(status, "NodesIgnored").message  # type: ignore[attr-defined]
+    assert "ml/train" in cond(status, "PDBBlocked").message  # type: ignore[attr-defined]
+    assert got.waiting_for == "earlier"
