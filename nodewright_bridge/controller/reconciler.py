@@ -12,8 +12,8 @@ One reconcile of CR ``name`` (it never learns which event caused it):
    node-order counter into ``status``, (b) batch records on the Nodes, (c) node plans: allowed
    nodes are planned again with ``allowed_to_start=True``; every node's actions go to the
    executor (work in flight always finishes, results are always recorded).
-4. Aggregate the status (``statusing``) and write it when it changed; requeue at the earliest
-   deadline the planners reported (bounded by ``POLL_SECONDS`` while work is open).
+4. Aggregate the status (``lifecycle.aggregation``) and write it when it changed; requeue at the
+   earliest deadline the planners reported (bounded by ``POLL_SECONDS`` while work is open).
 
 Restart safety comes from the planners' ordering (the node state is written before any pod acts
 on it) plus the executor's conditional Node writes, plus one guard here: a node whose cached
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from lifecycle import batching, rollout, selectors, sequencing, stages
+from lifecycle import aggregation, batching, rollout, selectors, sequencing, stages
 from lifecycle.nodestate import (
     CORDON_ANNOTATION,
     RUNTIME_REQUIRED_TAINT_KEY,
@@ -46,7 +46,7 @@ from lifecycle.nodestate import (
 )
 from lifecycle.spec import PREFIX, DeploymentPolicy, NodeWright
 from lifecycle.status import NodeWrightStatus, Status
-from nodewright_bridge.controller import snapshot, statusing
+from nodewright_bridge.controller import snapshot
 from nodewright_bridge.controller.executor import Executor, Outcome
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.errors import NotFoundError
@@ -220,7 +220,7 @@ class NodeWrightReconciler:
         if meta.get("deletionTimestamp"):
             return self._delete(key, obj, parsed, old, now)
         if isinstance(parsed, snapshot.InvalidCR):
-            status = statusing.invalid_status(old, parsed.generation, parsed.problems, now)
+            status = aggregation.invalid_status(old, parsed.generation, parsed.problems, now)
             self._write_status(key, old, status)
             return Result()
         if not has_finalizer(obj, FINALIZER):
@@ -261,7 +261,9 @@ class NodeWrightReconciler:
         disabled = sequencing.is_disabled(cr.metadata.annotations)
 
         outcome = Outcome()
-        inputs = statusing.StatusInputs(waiting_on_all=waiting_all)
+        node_status: dict[str, Status] = {}  # every targeted node
+        failures: list[stages.NodeFailure] = []
+        malformed: dict[str, str] = {}  # node -> why its state annotation does not parse
         snaps: dict[str, snapshot.NodeSnapshot] = {}
         probes: dict[str, stages.NodePlan] = {}
         views: list[rollout.NodeView] = []
@@ -280,13 +282,13 @@ class NodeWrightReconciler:
                 views.append(_view(snap, None, ready=False))
                 continue
             if snap.state_error is not None:
-                inputs.malformed[node_name] = snap.state_error
-                inputs.node_status[node_name] = snap.status or Status.UNKNOWN
+                malformed[node_name] = snap.state_error
+                node_status[node_name] = snap.status or Status.UNKNOWN
                 continue
             if node_name in stale or self._stale(node):
                 stale.add(node_name)
                 outcome.soon(STALE_RETRY_SECONDS)
-                inputs.node_status[node_name] = snap.status or Status.UNKNOWN
+                node_status[node_name] = snap.status or Status.UNKNOWN
                 views.append(_view(snap, None, ready=node_name in ready_set))
                 continue
             probe = stages.plan_node(
@@ -324,7 +326,7 @@ class NodeWrightReconciler:
                     cr, answer, self._stores, pdbs, node_index=caches.BY_NODE
                 )
         for node_name in plan.released:
-            if node_name in inputs.malformed:
+            if node_name in malformed:
                 continue
             answer = self._patch_node_annotation(node_name, batch_annotation(name), None)
             if answer is not None and node_name in snaps:
@@ -351,8 +353,8 @@ class NodeWrightReconciler:
             if node_actions:
                 workload = self._stores.pods.by_index(caches.BY_NODE, node_name)
                 self.executor.apply_node(cr, snap, node_actions, outcome, workload)
-            inputs.node_status[node_name] = node_plan.status
-            inputs.failures.extend(node_plan.failures)
+            node_status[node_name] = node_plan.status
+            failures.extend(node_plan.failures)
             if node_plan.requeue_at is not None:
                 wakeups.append(node_plan.requeue_at)
             if node_plan.status is Status.COMPLETE and snap.status is not Status.COMPLETE:
@@ -365,20 +367,26 @@ class NodeWrightReconciler:
                         "NodeWright",
                         name,
                         "PackageFailed",
-                        f"node {failure.node}: {failure.package} {failure.version} "
-                        f"{failure.stage}"
-                        + (f" task {failure.task!r}" if failure.task else "")
-                        + f": {failure.message}",
+                        aggregation.describe_failure(failure),
                         warning=True,
                         cr=cr,
                     )
             if snap.blocking_pdbs and node_name in allowed and snap.facts.pods_to_evict:
                 outcome.pdb_blocked.setdefault(node_name, []).extend(snap.blocking_pdbs)
-        inputs.pdb_blocked = outcome.pdb_blocked
-        inputs.drain_blockers = outcome.drain_blockers
 
-        status = statusing.build_status(
-            cr, old, plan, inputs, now, policy_name=cr.spec.deployment_policy or ""
+        status = aggregation.aggregate(
+            aggregation.rollout_input(
+                cr,
+                plan,
+                node_status,
+                now,
+                previous=old,
+                failures=failures,
+                pdb_blocked=outcome.pdb_blocked,
+                drain_blockers=outcome.drain_blockers,
+                malformed=malformed,
+                waiting_on=waiting_all,
+            )
         )
         if status.status is Status.COMPLETE and old.status is not Status.COMPLETE:
             self.executor.event(
@@ -390,12 +398,12 @@ class NodeWrightReconciler:
                     "NodeWright", name, "Stalled", cplan.stop_reason, warning=True, cr=cr
                 )
         self._write_status(name, old, status)
-        self._observe(name, plan, inputs.node_status)
+        self._observe(name, plan, node_status)
         logger.debug(
             "reconciled",
             extra={
                 "cr": name,
-                "nodes": len(inputs.node_status),
+                "nodes": len(node_status),
                 "allowed": len(allowed),
                 "seconds": round(time.monotonic() - started, 3),
             },
@@ -499,8 +507,8 @@ class NodeWrightReconciler:
             self._statuses[name] = (rv, _old_status(answer))
 
     def _write_status(self, name: str, old: NodeWrightStatus, new: NodeWrightStatus) -> None:
-        old_wire = statusing.status_wire(old)
-        new_wire = statusing.status_wire(new)
+        old_wire = old.to_wire()
+        new_wire = new.to_wire()
         if old_wire == new_wire:
             return
         body: dict[str, Any] = dict(new_wire)

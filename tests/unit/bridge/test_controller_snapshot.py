@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 
 import pytest
 
 from lifecycle.nodestate import PackageState, Stage, StageState
 from lifecycle.stages import PodPhase
-from lifecycle.status import NodeWrightStatus, Status
-from nodewright_bridge.controller import snapshot, statusing
+from nodewright_bridge.controller import snapshot
 
 
 def test_an_invalid_cr_becomes_field_path_problems_instead_of_an_exception() -> None:
@@ -90,26 +88,3 @@ def test_drain_facts_of_a_workload_pod_are_read_from_the_slim_object() -> None:
         }
     )
     assert view.controller_kind == "ReplicaSet" and view.uses_empty_dir and not view.deleting
-
-
-def test_ready_message_lists_buckets_and_truncates_long_ones() -> None:
-    statuses = {f"n{i:02d}": Status.WAITING for i in range(12)}
-    statuses["done"] = Status.COMPLETE
-    text = statusing.ready_message(statuses)
-    assert text.startswith("1/13 nodes complete, 12 waiting (n00, ")
-    assert "list truncated" in text
-
-
-def test_the_aggregate_prefers_progress_then_errors() -> None:
-    assert statusing.aggregate([Status.COMPLETE, Status.COMPLETE]) is Status.COMPLETE
-    assert statusing.aggregate([Status.ERRORING, Status.IN_PROGRESS]) is Status.IN_PROGRESS
-    assert statusing.aggregate([Status.ERRORING, Status.WAITING]) is Status.ERRORING
-
-
-def test_invalid_spec_status_keeps_the_transition_time_while_unchanged() -> None:
-    now = datetime(2026, 1, 1, tzinfo=UTC)
-    first = statusing.invalid_status(NodeWrightStatus(), 1, ["spec.x: bad"], now)
-    later = statusing.invalid_status(first, 1, ["spec.x: bad"], now.replace(hour=5))
-    assert first.conditions == later.conditions
-    invalid = next(c for c in later.conditions if c.type == "InvalidSpec")
-    assert invalid.status == "True" and "spec.x: bad" in invalid.message
