@@ -3,8 +3,11 @@ our controller.
 
 - ``e2e`` (session): a Sandbox whose kubelet runs package pods by image repository: images under
   ``EXEC_REGISTRY`` run the real ``nwb-agent`` (exec mode) on the node's copy-on-write rootfs
-  with an assembled example role; anything else is simulated (a pod that succeeds after 1 s), for
-  tests where real Ansible adds nothing. CRDs from the chart and the controller namespace exist.
+  with an assembled example role; images under ``MISSING_REGISTRY`` cannot be pulled (the pod
+  stays Pending, waiting in ErrImagePull / ImagePullBackOff); anything else is simulated (a pod
+  that succeeds after 1 s; a package's ``env`` ``E2E_SIM_DURATION`` / ``E2E_SIM_EXIT_CODE``
+  change that), for tests where real Ansible adds nothing. CRDs from the chart and the controller
+  namespace exist.
 - ``world`` (per test): unique node labels, helpers to add nodes, apply CRs/policies, read node
   state, run the controller in-process (``start_controller``) or as ``nwb controller``
   subprocesses (``spawn_controller``, for kill and leader-election tests); everything is undone
@@ -17,6 +20,7 @@ our controller.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -41,7 +45,10 @@ from nodewright_bridge.sandbox import Sandbox
 from nodewright_bridge.sandbox.kubelet.exec_runner import ExecRunner
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode
 from nodewright_bridge.sandbox.kubelet.runners import (
+    DURATION_ANNOTATION,
+    EXIT_CODE_ANNOTATION,
     ContainerSpec,
+    ContainerStartError,
     RunningContainer,
     SimulateRunner,
 )
@@ -54,6 +61,10 @@ EXAMPLE_ROLES = ROOT / "examples" / "roles"
 TEST_ROLES = Path(__file__).resolve().parent / "roles"
 EXEC_REGISTRY = "registry.e2e.local:5000/nwb"
 SIM_REGISTRY = "sim.e2e.local/nwb"
+MISSING_REGISTRY = "missing.e2e.local/nwb"
+# Package env read by the simulated runner (the controller passes a package's env to its pods).
+SIM_DURATION_ENV = "E2E_SIM_DURATION"
+SIM_EXIT_CODE_ENV = "E2E_SIM_EXIT_CODE"
 NAMESPACE = "nodewright-system"
 GROUP, VERSION = "bridge.nodewright.io", "v1alpha1"
 TEST_LABEL = "e2e.nodewright.io/test"
@@ -92,6 +103,19 @@ class DispatchRunner:
                     self.exec.prepare_node(node)
                     self._prepared.add(node.name)
             return self.exec.start(node, spec)
+        if spec.is_package_pod and spec.image.startswith(MISSING_REGISTRY + "/"):
+            raise ContainerStartError(
+                f"pull {spec.image}: manifest unknown", reason="ErrImagePull", exit_code=0
+            )
+        if spec.is_package_pod:
+            knobs = {
+                DURATION_ANNOTATION: spec.env.get(SIM_DURATION_ENV),
+                EXIT_CODE_ANNOTATION: spec.env.get(SIM_EXIT_CODE_ENV),
+            }
+            extra = {k: v for k, v in knobs.items() if v is not None}
+            if extra:
+                notes = {**spec.pod_annotations, **extra}
+                spec = dataclasses.replace(spec, pod_annotations=notes)
         return self.sim.start(node, spec)
 
     def release_node(self, node: SimNode) -> None:
