@@ -53,6 +53,10 @@ REBOOT_NOT_READY_SECONDS = 2.0
 # Crash-looping containers restart after min(base * 2^n, cap) seconds, like the kubelet's backoff.
 RESTART_BACKOFF_BASE_SECONDS = 1.0
 RESTART_BACKOFF_CAP_SECONDS = 30.0
+# A runner that cannot get the image raises ContainerStartError with one of these reasons; like
+# the real kubelet, the container then stays waiting (ErrImagePull, then ImagePullBackOff) and the
+# pull is retried after the same back-off, the pod staying Pending: it never fails by itself.
+IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff"})
 # The kubelet keeps at most this much of a termination message.
 MAX_MESSAGE_BYTES = 4096
 KUBELET_VERSION = "v1.36.3"
@@ -119,6 +123,8 @@ class Container:
     terminated: Obj | None = None  # the current "terminated" state, if ended
     last_terminated: Obj | None = None
     restart_due: float = 0.0  # monotonic time of the next restart (crash-loop backoff)
+    pull_due: float = 0.0  # monotonic time of the next image pull attempt (pull back-off)
+    pull_failures: int = 0
     waiting_reason: str = "ContainerCreating"
     waiting_message: str = ""
 
@@ -493,8 +499,8 @@ class Kubelet:
                     if container.handle.poll() is not None:
                         self._queue.kick(worker.uid)
                         break
-                elif container.restart_due and now >= container.restart_due:
-                    self._queue.kick(worker.uid)
+                elif any(0 < due <= now for due in (container.restart_due, container.pull_due)):
+                    self._queue.kick(worker.uid)  # a restart or an image pull is due
                     break
 
     def _heartbeats(self, now: float) -> None:
@@ -609,10 +615,10 @@ class Kubelet:
         for container in (c for c in worker.containers if c.init):
             if container.terminated is None:
                 if container.handle is None:
-                    self._start_container(worker, container)
+                    self._start_container(worker, container, now)
                     self._collect(container)
                 if container.terminated is None:
-                    return  # wait for this init container
+                    return  # wait for this init container (or its image)
             if container.terminated["exitCode"] == 0:
                 continue
             if policy == "Never":
@@ -622,7 +628,7 @@ class Kubelet:
             return
         for container in (c for c in worker.containers if not c.init):
             if container.handle is None and container.terminated is None:
-                self._start_container(worker, container)
+                self._start_container(worker, container, now)
                 self._collect(container)
         for container in (c for c in worker.containers if not c.init):
             ended = container.terminated
@@ -686,17 +692,41 @@ class Kubelet:
         package = is_package_pod(pod["metadata"].get("labels"))
         return self.runner if package else self.workload_runner
 
-    def _start_container(self, worker: PodWorker, container: Container) -> None:
+    def _start_container(
+        self, worker: PodWorker, container: Container, now: float | None = None
+    ) -> None:
+        if (
+            container.pull_due
+            and (now if now is not None else time.monotonic()) < container.pull_due
+        ):
+            return  # still backing off an image pull
         try:
             runner = self.runner_for(worker.pod)
             spec = self._container_spec(worker, container, runner)
             container.handle = runner.start(worker.node, spec)
             container.started_at = now_rfc3339()
+            container.pull_due = 0.0
+            container.waiting_message = ""
         except ContainerStartError as exc:
-            self._start_failed(container, str(exc), exc.reason, exc.exit_code)
+            if exc.reason in IMAGE_PULL_REASONS:
+                self._pull_failed(container, str(exc))
+            else:
+                self._start_failed(container, str(exc), exc.reason, exc.exit_code)
         except Exception as exc:  # a runner bug must fail this pod, not the kubelet
             log.exception("starting %s in %s failed", container.name, worker.key)
             self._start_failed(container, f"{type(exc).__name__}: {exc}", "StartError", 128)
+
+    def _pull_failed(self, container: Container, message: str) -> None:
+        """The image could not be pulled: stay waiting and try again after a back-off."""
+        delay = min(
+            RESTART_BACKOFF_BASE_SECONDS * 2**container.pull_failures, RESTART_BACKOFF_CAP_SECONDS
+        )
+        container.waiting_reason = (
+            "ErrImagePull" if not container.pull_failures else "ImagePullBackOff"
+        )
+        container.waiting_message = _truncate(message)
+        container.pull_failures += 1
+        container.pull_due = time.monotonic() + delay
 
     def _start_failed(self, container: Container, message: str, reason: str, code: int) -> None:
         stamp = now_rfc3339()
