@@ -427,21 +427,26 @@ def _taint_not_tolerable(nodes: Sequence[str]) -> Condition:
         return _cond(
             "TaintNotTolerable", False, "TaintsTolerable", "All nodes have tolerable taints."
         )
-    if len(nodes) > NAMES_MAX:
-        message = f"{len(nodes)} nodes have taints that are not tolerable. Skipping."
-    else:
-        message = f"Node [{', '.join(sorted(nodes))}] has taints that are not tolerable. Skipping."
+    message = _named_or_counted(
+        nodes,
+        few="has taints that are not tolerable. Skipping.",
+        many="have taints that are not tolerable. Skipping.",
+    )
     return _cond("TaintNotTolerable", True, "TaintNotTolerable", message)
 
 
 def _nodes_ignored(nodes: Sequence[str]) -> Condition:
     if not nodes:
         return _cond("NodesIgnored", False, "NoNodesIgnored", "No nodes are ignored.")
-    if len(nodes) > NAMES_MAX:
-        message = f"{len(nodes)} nodes are ignored by label."
-    else:
-        message = f"Node [{', '.join(sorted(nodes))}] ignored by label."
+    message = _named_or_counted(nodes, few="ignored by label.", many="are ignored by label.")
     return _cond("NodesIgnored", True, "NodesIgnored", message)
+
+
+def _named_or_counted(nodes: Sequence[str], *, few: str, many: str) -> str:
+    """NodeWright's ``Node [a, b] <few>``, or ``<n> nodes <many>`` beyond ten names."""
+    if len(nodes) > NAMES_MAX:
+        return f"{len(nodes)} nodes {many}"
+    return f"Node [{', '.join(sorted(nodes))}] {few}"
 
 
 def _node_state_malformed(malformed: Mapping[str, str]) -> Condition:

@@ -392,10 +392,19 @@ class Executor:
             return False
         return True
 
+    def _start_pod(self, request: podspec.PodRequest, kind: str) -> JsonObject | None:
+        """Create the pod (and its package's vars ConfigMap); None when it already existed."""
+        self._ensure_config_map(request.cr, request.package_name)
+        pod = podspec.build_pod(request)
+        pod["metadata"]["namespace"] = self._namespace
+        if not self._create(resources.PODS, pod):
+            return None
+        self._metrics.pods_created.labels(request.cr.metadata.name, kind).inc()
+        return pod
+
     def _create_package_pod(self, cr: NodeWright, action: actions.CreatePackagePod) -> None:
         if action.package not in cr.spec.packages:
             return
-        self._ensure_config_map(cr, action.package)
         request = podspec.PodRequest(
             cr=cr,
             package_name=action.package,
@@ -406,10 +415,8 @@ class Executor:
             previous_version=action.previous_version,
             attempt=action.attempt,
         )
-        pod = podspec.build_pod(request)
-        pod["metadata"]["namespace"] = self._namespace
-        if self._create(resources.PODS, pod):
-            self._metrics.pods_created.labels(cr.metadata.name, "package").inc()
+        pod = self._start_pod(request, "package")
+        if pod is not None:
             logger.info(
                 "package pod created",
                 extra={"pod": pod["metadata"]["name"], "node": action.node, "cr": cr.metadata.name},
@@ -418,7 +425,6 @@ class Executor:
     def _create_interrupt_pod(self, cr: NodeWright, action: actions.CreateInterruptPod) -> None:
         if action.package not in cr.spec.packages:
             return
-        self._ensure_config_map(cr, action.package)
         request = podspec.PodRequest(
             cr=cr,
             package_name=action.package,
@@ -430,10 +436,7 @@ class Executor:
             interrupt_services=action.services,
             attempt=max(action.attempt, 1),
         )
-        pod = podspec.build_pod(request)
-        pod["metadata"]["namespace"] = self._namespace
-        if self._create(resources.PODS, pod):
-            self._metrics.pods_created.labels(cr.metadata.name, "interrupt").inc()
+        if self._start_pod(request, "interrupt") is not None:
             members = ", ".join(action.members)
             note = f"{action.interrupt_type.value} interrupt for {members} ({cr.metadata.name})"
             self.event("Node", action.node, "Interrupt", note)
