@@ -6,8 +6,8 @@ sysctl-tuning example's repository at its assembled package directory) gets node
 applies and checks the role on the pod's node root only, its AgentResult comes back as the
 container's termination message, a failing check names its task, the reboot interrupt reboots the
 node once per resource id, and a service interrupt reaches the node's recorded systemctl. The
-``podman`` test adds a second kubelet on the same control plane that runs the real package
-image, pulled from the sandbox's local registry.
+``podman`` tests add a second kubelet on the same control plane that runs the real package
+image, pulled from the sandbox's local registry (the role, and the reboot hook from inside it).
 """
 
 from __future__ import annotations
@@ -457,3 +457,31 @@ def test_a_podman_mode_node_pod_runs_the_pushed_package_image_on_its_node_only(
     ]
     assert_dropin_on_node_only(node, other, f"vm.swappiness={wanted}")
     assert node_swappiness(node) == str(wanted)
+
+
+@pytest.mark.podman
+def test_a_podman_mode_reboot_interrupt_reboots_its_node_and_the_rerun_does_not(
+    core: client.CoreV1Api, namespace: str, pushed_image: str, podman_nodes: list[SimNode]
+) -> None:
+    node = podman_nodes[1]
+    before = boot_id(core, node.name)
+    watcher = NodeWatcher(core, node.name)
+    cr = nodewright(pushed_image, {})
+    resource_id = f"reboot-{uuid.uuid4().hex[:8]}"
+    first = create_node_pod(
+        core, namespace, cr, node.name, interrupt="reboot", resource_id=resource_id
+    )
+    try:
+        killed = finished(core, namespace, first)
+        wait_for(lambda: watcher.rebooted(before), what="new bootID NotReady, then Ready")
+    finally:
+        watcher.stop()
+    assert (killed.status.phase, killed.status.reason) == ("Failed", "NodeRebooted")
+    after = boot_id(core, node.name)
+    again = create_node_pod(
+        core, namespace, cr, node.name, interrupt="reboot", resource_id=resource_id, attempt=2
+    )
+    rerun = finished(core, namespace, again)
+    assert rerun.status.phase == "Succeeded", pod_output(node, rerun)
+    assert agent_result(rerun).succeeded
+    assert boot_id(core, node.name) == after
