@@ -338,17 +338,21 @@ def node_row(
     )
 
 
-def _stopped_reasons(conditions: Sequence[ConditionRow]) -> dict[str, str]:
-    """compartment -> reason, from the Stalled condition's ``name: why; name: why`` message."""
+def _stopped_reason(conditions: Sequence[ConditionRow], compartment: str) -> str:
+    """Why ``compartment`` stopped, from the Stalled condition's ``; ``-separated message.
+
+    Accepts both ``name: why`` parts and the planner's ``compartment <name> stopped ...`` lines.
+    """
     stalled = next((c for c in conditions if c.type == "Stalled" and c.status == "True"), None)
-    out: dict[str, str] = {}
     if stalled is None:
-        return out
-    for part in stalled.message.split("; "):
-        name, sep, why = part.partition(": ")
-        if sep:
-            out[name.strip()] = why.strip()
-    return out
+        return ""
+    for raw in stalled.message.split("; "):
+        part = raw.strip()
+        if part.startswith(f"{compartment}: "):
+            return part[len(compartment) + 2 :].strip()
+        if f"compartment {compartment} " in f"{part} ":
+            return part
+    return ""
 
 
 def build_view(
@@ -384,7 +388,6 @@ def build_view(
                 fresh=cond_gen is None or _int(cond_gen) >= generation,
             )
         )
-    stopped = _stopped_reasons(conditions)
 
     node_list = [n for n in nodes if isinstance(n, Mapping)]
     targeted: dict[str, bool] = {}
@@ -439,7 +442,7 @@ def build_view(
                     batch=_int(batch_state.get("currentBatch"), 1)
                     if isinstance(batch_state, Mapping)
                     else None,
-                    stopped=stopped.get(str(comp_name), "")
+                    stopped=_stopped_reason(conditions, str(comp_name))
                     or (
                         "stopped by failureThreshold"
                         if isinstance(batch_state, Mapping) and batch_state.get("shouldStop")

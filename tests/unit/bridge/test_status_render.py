@@ -214,22 +214,30 @@ def test_an_erroring_node_is_listed_first_with_its_attempts_and_failure_message(
     assert "h100-1" in out
 
 
-def test_compartments_show_batch_counters_and_the_stalled_reason() -> None:
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ("h100: 1 failed batch(es) >= threshold 1", "1 failed batch(es) >= threshold 1"),
+        (
+            "compartment h100 stopped after 1 consecutive failed batch(es) (failureThreshold 1)",
+            "compartment h100 stopped after 1 consecutive failed batch(es) (failureThreshold 1)",
+        ),
+    ],
+)
+def test_compartments_show_batch_counters_and_the_stalled_reason(message: str, reason: str) -> None:
     status = running_status()
     status["compartments"]["h100"]["failed"] = 1
     status["compartments"]["h100"]["batchState"] = {"currentBatch": 1, "shouldStop": True}
-    status["conditions"][3] = condition(
-        "Stalled", "True", "FailureThresholdReached", "h100: 1 failed batch(es) >= threshold 1"
-    )
+    status["conditions"][3] = condition("Stalled", "True", "FailureThresholdReached", message)
     view = build_view(cr_object(status=status), fleet(), policy_obj=policy_object())
     comps = {c.name: c for c in view.compartments}
     assert (comps["a100"].batch, comps["a100"].completed, comps["a100"].in_progress) == (2, 1, 1)
-    assert comps["h100"].stopped == "1 failed batch(es) >= threshold 1"
+    assert comps["h100"].stopped == reason
     assert comps["a100"].stopped == ""
     assert view.outcome == rolloutview.TERMINAL_STALLED
-    out = text_of(render(view))
+    out = text_of(render(view), width=400)
     assert "FailureThresholdReached" in out
-    assert "1 failed batch(es)" in out
+    assert reason[:40] in out
 
 
 @pytest.mark.parametrize(
