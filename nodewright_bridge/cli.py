@@ -54,3 +54,7 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="nwb")
 def main() -> None:
     """nodewright-bridge: run Ansible roles on Kubernetes nodes, safely, in canary batches."""
+
+
+if __name__ == "__main__":
+    main()
