@@ -1,4 +1,4 @@
-"""``python -m nodewright_bridge`` runs the ``nwb`` CLI (handy where the console script is not on PATH)."""
+"""``python -m nodewright_bridge`` runs the ``nwb`` CLI where the console script is not on PATH."""
 
 from nodewright_bridge.cli import main
 
