@@ -25,8 +25,10 @@ Conditions (ARCHITECTURE.md §4): ``Ready`` (NodeWright's reasons and message fo
 ``Progressing``, ``Degraded`` (naming node, package, stage, task and message of the newest failure
 of an erroring node), ``Stalled`` (a compartment stopped on failureThreshold), ``PDBBlocked``
 (naming the PodDisruptionBudgets, or why a drain cannot evict), ``InvalidSpec``,
-``PolicyNotFound``, ``TaintNotTolerable``, ``NodesIgnored``, and ``NodeStateMalformed`` only
-while some node's state annotation cannot be parsed.
+``PolicyNotFound``, ``TaintNotTolerable``, ``NodesIgnored``, ``NodeStateMalformed`` only while
+some node's state annotation cannot be parsed, and ``DeletionBlocked`` only while the CR is being
+deleted with uninstall work pending (True while paused or disabled, naming the nodes; reference
+§2.9).
 
 ``lastTransitionTime`` of a condition moves only when its ``status`` flips, so aggregating the same
 inputs twice gives the same status (the controller skips writes that change nothing).
@@ -119,6 +121,8 @@ class AggregationInput:
     stop_reasons: Mapping[str, str] = field(default_factory=dict)
     # node -> why its state annotation cannot be parsed (NodeStateMalformed)
     malformed: Mapping[str, str] = field(default_factory=dict)
+    # being deleted: the nodes that still record a package to uninstall (DeletionBlocked)
+    deletion_pending: Sequence[str] | None = None
 
 
 def rollout_input(
@@ -133,6 +137,7 @@ def rollout_input(
     drain_blockers: Mapping[str, Sequence[str]] | None = None,
     malformed: Mapping[str, str] | None = None,
     waiting_on: Sequence[str] = (),
+    deletion_pending: Sequence[str] | None = None,
 ) -> AggregationInput:
     """The aggregation input for one reconcile: the rollout plan plus what the reconcile saw.
 
@@ -158,6 +163,7 @@ def rollout_input(
         waiting_for=waiting_on[0] if waiting_on else None,
         stop_reasons=dict(plan.stopped),
         malformed=dict(malformed or {}),
+        deletion_pending=deletion_pending,
     )
 
 
@@ -222,6 +228,8 @@ def aggregate(inp: AggregationInput) -> NodeWrightStatus:
     ]
     if inp.malformed:
         conditions.append(_node_state_malformed(inp.malformed))
+    if inp.deletion_pending:
+        conditions.append(_deletion_blocked(inp, inp.deletion_pending))
     spec = cr.spec
     policy = spec.deployment_policy or ("legacy" if spec.interruption_budget else "")
     return NodeWrightStatus(
@@ -447,6 +455,23 @@ def _named_or_counted(nodes: Sequence[str], *, few: str, many: str) -> str:
     if len(nodes) > NAMES_MAX:
         return f"{len(nodes)} nodes {many}"
     return f"Node [{', '.join(sorted(nodes))}] {few}"
+
+
+def _deletion_blocked(inp: AggregationInput, pending: Sequence[str]) -> Condition:
+    """Paused or disabled while deletion waits for uninstalls: say so, or it looks hung."""
+    where = f"{len(pending)} node(s): {_list(sorted(pending))}"
+    if not (inp.paused or inp.disabled):
+        return _cond("DeletionBlocked", False, "Uninstalling", f"uninstalling on {where}")
+    # Disabled first, as in the CR status; the message names every annotation to remove.
+    what = "disabled" if inp.disabled else "paused"
+    reason = "DisabledWithPendingUninstall" if inp.disabled else "PausedWithPendingUninstall"
+    keys = [k for k, on in (("disable", inp.disabled), ("pause", inp.paused)) if on]
+    message = (
+        f"deletion waits: the CR is {what} and uninstall is pending on {where}; remove "
+        + " and ".join(f"bridge.nodewright.io/{k}" for k in keys)
+        + " to continue"
+    )
+    return _cond("DeletionBlocked", True, reason, message)
 
 
 def _node_state_malformed(malformed: Mapping[str, str]) -> Condition:
