@@ -30,12 +30,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from lifecycle import aggregation, batching, rollout, selectors, sequencing, stages
+from lifecycle import aggregation, batching, durations, rollout, selectors, sequencing, stages
 from lifecycle.nodestate import (
     CORDON_ANNOTATION,
     RUNTIME_REQUIRED_TAINT_KEY,
@@ -68,6 +68,9 @@ POLL_SECONDS = 15.0
 # Never requeue faster than this for a deadline: deadlines are seconds apart at best.
 MIN_REQUEUE_SECONDS = 0.5
 STALE_RETRY_SECONDS = 0.5
+# A node no longer targeted is released once our pods on it have ended; look again this often.
+RELEASE_RETRY_SECONDS = 2.0
+DELETION_BLOCKED = "DeletionBlocked"
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +238,13 @@ class NodeWrightReconciler:
         return snapshot.parse_policy(raw) if raw is not None else None
 
     def _run(
-        self, cr: NodeWright, old: NodeWrightStatus, now: datetime, *, deleting: bool = False
+        self,
+        cr: NodeWright,
+        old: NodeWrightStatus,
+        now: datetime,
+        *,
+        deleting: bool = False,
+        uninstall_pending: Sequence[str] | None = None,
     ) -> Result:
         started = time.monotonic()
         name = cr.metadata.name
@@ -271,6 +280,8 @@ class NodeWrightReconciler:
         for node in nodes:
             targeted = snapshot.targets(cr, node)
             annotations = snapshot.annotations_of(node)
+            if not targeted and self._release(cr, node, now):
+                outcome.soon(RELEASE_RETRY_SECONDS)  # our pods there must end first
             if not targeted and batch_annotation(name) not in annotations:
                 continue
             node_name = str(snapshot.meta_of(node).get("name"))
@@ -386,8 +397,16 @@ class NodeWrightReconciler:
                 drain_blockers=outcome.drain_blockers,
                 malformed=malformed,
                 waiting_on=waiting_all,
+                deletion_pending=uninstall_pending,
             )
         )
+        blocked = next((c for c in status.conditions if c.type == DELETION_BLOCKED), None)
+        was = next((c for c in old.conditions if c.type == DELETION_BLOCKED), None)
+        newly = was is None or (was.status, was.reason) != ("True", blocked and blocked.reason)
+        if blocked is not None and blocked.status == "True" and newly:
+            self.executor.event(
+                "NodeWright", name, DELETION_BLOCKED, blocked.message, warning=True, cr=cr
+            )
         if status.status is Status.COMPLETE and old.status is not Status.COMPLETE:
             self.executor.event(
                 "NodeWright", name, "RolloutComplete", status.complete_nodes + " nodes", cr=cr
@@ -547,8 +566,9 @@ class NodeWrightReconciler:
             return Result()
         if isinstance(parsed, NodeWright):
             variant = _uninstall_variant(parsed)
-            if variant is not None and self._uninstall_pending(variant):
-                return self._run(variant, old, now, deleting=True)
+            pending = self._uninstall_pending(variant) if variant is not None else []
+            if variant is not None and pending:
+                return self._run(variant, old, now, deleting=True, uninstall_pending=pending)
         live = [
             p
             for p in self._stores.package_pods.by_index(caches.BY_CR, name)
@@ -567,8 +587,10 @@ class NodeWrightReconciler:
         logger.info("cleaned up after deleted NodeWright", extra={"cr": name})
         return Result()
 
-    def _uninstall_pending(self, variant: NodeWright) -> bool:
+    def _uninstall_pending(self, variant: NodeWright) -> list[str]:
+        """Nodes whose state still records a package that deletion must uninstall."""
         key_names = {f"{n}|{p.version}" for n, p in variant.spec.packages.items()}
+        out = []
         for node in self._stores.nodes.values():
             text = snapshot.annotations_of(node).get(state_annotation(variant.metadata.name))
             try:
@@ -576,10 +598,45 @@ class NodeWrightReconciler:
             except ValueError:
                 continue
             if key_names & set(state):
-                return True
+                out.append(str(snapshot.meta_of(node).get("name", "")))
+        return sorted(out)
+
+    def _release(self, cr: NodeWright, node: Mapping[str, Any], now: datetime) -> bool:
+        """Let go of a node ``cr`` no longer targets; True while our pods there must end first.
+
+        Our pods there finish (their results can no longer be recorded, but a change is not
+        killed halfway unless it overran its own deadline); then the cordon hold is released
+        (uncordon only if we were the last holder and the node was schedulable before) and the
+        CR's state, status and batch keys go. Targeted again later, the node starts afresh.
+        """
+        name = cr.metadata.name
+        notes = snapshot.annotations_of(node)
+        cordon = snapshot.parse_cordon(notes.get(CORDON_ANNOTATION))
+        keys = {state_annotation(name), status_key(name), batch_annotation(name)}
+        if not (keys & set(notes) or status_key(name) in snapshot.labels_of(node)) and not (
+            cordon is not None and name in cordon.holders
+        ):
+            return False
+        node_name = str(snapshot.meta_of(node).get("name", ""))
+        waiting = False
+        for pod in self._stores.package_pods.by_index(caches.BY_NODE, node_name):
+            seen = snapshot.observe_pod(pod)
+            if snapshot.labels_of(pod).get(snapshot.LABEL_CR) != name or seen is None:
+                continue
+            pod_name = str(snapshot.meta_of(pod).get("name", ""))
+            created = snapshot.parse_time(snapshot.meta_of(pod).get("creationTimestamp"))
+            overran = created is not None and now >= created + _pod_limit(cr, seen)
+            if not seen.live or (overran and not seen.deleting):
+                self.executor.delete_pod(pod_name)
+            waiting = waiting or seen.live
+        if waiting:
+            return True
+        self._clean_node(name, node, remove_taint=False, why=f"no longer targeted by {name}")
         return False
 
-    def _clean_node(self, cr: str, node: Mapping[str, Any], *, remove_taint: bool) -> None:
+    def _clean_node(
+        self, cr: str, node: Mapping[str, Any], *, remove_taint: bool, why: str = ""
+    ) -> None:
         annotations = snapshot.annotations_of(node)
         labels = snapshot.labels_of(node)
         ours = {state_annotation(cr), status_key(cr), batch_annotation(cr)}
@@ -630,10 +687,20 @@ class NodeWrightReconciler:
         if answer is not None:
             self._node_written(name, str(snapshot.meta_of(answer).get("resourceVersion", "")))
         if holds:
-            self.executor.event("Node", name, "Uncordoned", f"NodeWright {cr} deleted")
+            self.executor.event("Node", name, "Uncordoned", why or f"NodeWright {cr} deleted")
 
 
 # ---- module helpers ----------------------------------------------------------------------------
+
+
+def _pod_limit(cr: NodeWright, pod: stages.PodObservation) -> timedelta:
+    """How long one of our pods may run: its package's stage or interrupt timeout."""
+    pkg = cr.spec.packages.get(pod.package)
+    text = (pkg.timeouts.interrupt if pod.interrupt else pkg.timeouts.stage) if pkg else "30m"
+    try:
+        return durations.parse_duration(text)
+    except ValueError:
+        return timedelta(minutes=30)
 
 
 def _old_status(obj: Mapping[str, Any]) -> NodeWrightStatus:
