@@ -164,6 +164,9 @@ class NodeInput:
     previous_status: Status | None = None
     paused: bool = False
     disabled: bool = False
+    # Why the rollout planner will not pick this node (ignore label, untolerated taint): a node
+    # that would otherwise wait for the rollout is ``blocked`` with this reason instead.
+    unpickable: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1180,5 +1183,7 @@ def _node_status(work: _Work) -> tuple[Status, str]:
     if work.blocked:
         return Status.BLOCKED, _truncate("; ".join(work.notes), 500)
     if work.pending_new and not inp.allowed_to_start:
+        if inp.unpickable:
+            return Status.BLOCKED, _truncate(inp.unpickable, 500)
         return Status.WAITING, "waiting for the rollout to reach this node"
     return Status.WAITING, f"waiting: {', '.join(pending)}"

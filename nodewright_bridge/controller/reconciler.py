@@ -346,6 +346,8 @@ class NodeWrightReconciler:
                 )
         # (c) node plans.
         allowed = set(plan.allowed)
+        unpickable = {n: "node has the ignore label" for n in plan.ignored}
+        unpickable.update({b.node: b.reason for b in plan.blocked})
         wakeups: list[datetime] = []
         for node_name, snap in snaps.items():
             node_plan = stages.plan_node(
@@ -357,6 +359,7 @@ class NodeWrightReconciler:
                     paused=paused or plan.paused,
                     disabled=disabled,
                     order=plan.orders.get(node_name),
+                    unpickable=unpickable.get(node_name, ""),
                 )
             )
             extra = self._runtime_taint_actions(cr, snap, node_plan, crs)
@@ -744,6 +747,7 @@ def _node_input(
     paused: bool,
     disabled: bool,
     order: int | None = None,
+    unpickable: str = "",
 ) -> stages.NodeInput:
     if order is None:
         order = snap.record.order if snap.record is not None else 0
@@ -758,6 +762,7 @@ def _node_input(
         previous_status=snap.status,
         paused=paused,
         disabled=disabled,
+        unpickable=unpickable,
     )
 
 

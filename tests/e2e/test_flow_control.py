@@ -245,7 +245,10 @@ def test_ignored_nodes_are_skipped_and_untolerated_taints_block_until_tolerated(
     assert plain not in taint_c["message"] and tainted not in ignored_c["message"]
     assert set(pods_by_node(world, cr)) <= {plain}
     assert world.state(cr, ignored) == {} and world.state(cr, tainted) == {}
-    assert world.cr_status(cr)["status"] != "complete"
+    # Never picked, so blocked (not waiting), and the CR with them.
+    wait_for(lambda: world.node_status(cr, ignored) == "blocked", what="ignored node blocked")
+    wait_for(lambda: world.node_status(cr, tainted) == "blocked", what="tainted node blocked")
+    wait_for(lambda: world.cr_status(cr).get("status") == "blocked", what="CR blocked")
 
     world.patch_cr(
         cr,
@@ -269,5 +272,6 @@ def test_ignored_nodes_are_skipped_and_untolerated_taints_block_until_tolerated(
 
     wait_for(tolerated, what="TaintNotTolerable cleared")
     assert world.state(cr, ignored) == {}
+    assert world.node_status(cr, ignored) == "blocked"
     ignored_c = world.condition(cr, "NodesIgnored")
     assert ignored_c is not None and ignored_c["status"] == "True"
