@@ -3,11 +3,13 @@
 One reconcile of CR ``name`` (it never learns which event caused it):
 
 1. Read the CR from the cache. Invalid -> ``InvalidSpec`` with every field-path problem, no
-   requeue (the next edit triggers a new reconcile). Being deleted -> uninstall where enabled,
-   then remove everything we own from the Nodes and drop the finalizer. Else ensure the finalizer.
+   requeue (the next edit triggers a new reconcile). Being deleted -> uninstall where enabled
+   (``DeletionBlocked`` while paused or disabled stops that), then remove everything we own from
+   the Nodes and drop the finalizer. Else ensure the finalizer.
 2. Snapshot the targeted nodes (``snapshot``), probe each with the stage planner *without*
    permission to start new work to learn its status and whether it has work left, and hand the
-   resulting ``NodeView``s to ``lifecycle.rollout.plan_rollout``.
+   resulting ``NodeView``s to ``lifecycle.rollout.plan_rollout``. A node no longer targeted that
+   still carries our keys or cordon hold is released once our pods there have ended.
 3. Apply the rollout plan in the restart-safe order its docstring gives: (a) batch states and the
    node-order counter into ``status``, (b) batch records on the Nodes, (c) node plans: allowed
    nodes are planned again with ``allowed_to_start=True``; every node's actions go to the
