@@ -287,6 +287,8 @@ class _Work:
     started_new: bool = False
     blocked: bool = False
     pending_new: bool = False
+    # (name, package, key) of the spec's packages by name; computed once per call (hot path)
+    spec_items: list[tuple[str, Package, str]] | None = None
 
     @property
     def now(self) -> datetime:
@@ -555,10 +557,12 @@ def _record_failure(
 
 
 def _spec_items(work: _Work) -> list[tuple[str, Package, str]]:
-    return [
-        (name, pkg, package_key(name, pkg.version))
-        for name, pkg in sorted(work.inp.cr.spec.packages.items())
-    ]
+    if work.spec_items is None:
+        work.spec_items = [
+            (name, pkg, package_key(name, pkg.version))
+            for name, pkg in sorted(work.inp.cr.spec.packages.items())
+        ]
+    return work.spec_items
 
 
 def _node_erroring(work: _Work) -> bool:

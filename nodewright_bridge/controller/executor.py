@@ -16,6 +16,18 @@ the API server enforces every PodDisruptionBudget) per reconcile; a 429 names th
 the reconcile is requeued after a short back-off; the stage planner sees the pods that are left
 (``pods_to_evict``) and gives up at the drain deadline.
 
+Fewer, parallel writes (issue 5: a rollout must stay within 10 % of its batches' durations):
+
+- consecutive Node changes of one node's action list (state, status label, cordon, taints, and
+  the batch record the reconciler hands along) are merged into ONE conditional merge patch, sent
+  before the first action that acts on the world (pod create/delete, drain) and at the end. One
+  patch is atomic, so "record before work" and "state before pod" hold exactly as with separate
+  writes; Events that followed a Node change are posted after the merged write succeeded;
+- different nodes are independent: :meth:`Executor.apply_nodes` runs each node's list on a
+  bounded thread pool (:data:`NODE_CONCURRENCY`), one node's actions always in order on one
+  thread; a conflict on one node skips only that node's remaining actions;
+- the vars ConfigMap of a package is created once per ``apply_nodes`` call, not once per pod.
+
 Guarantees: an action list is applied in order and stops at the first failed Node write, so a pod
 is never created without the node-state record that precedes it in the list.
 """
@@ -23,14 +35,16 @@ is never created without the node-state record that precedes it in the list.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from lifecycle import actions, draining
+from lifecycle import actions, draining, selectors
 from lifecycle.nodestate import (
     CORDON_ANNOTATION,
     CordonRecord,
@@ -38,6 +52,7 @@ from lifecycle.nodestate import (
     state_annotation,
     status_key,
 )
+from lifecycle.selectors import TaintEffect
 from lifecycle.spec import NodeWright
 from nodewright_bridge import podspec
 from nodewright_bridge.controller import snapshot
@@ -66,6 +81,10 @@ EVICTION_CONCURRENCY = 8
 PDB_RETRY_SECONDS = 5.0
 # After a conflicting Node write, look again almost at once: the cache is catching up.
 CONFLICT_RETRY_SECONDS = 0.5
+# Nodes written at once by apply_nodes. A batch of hundreds of nodes is started within a second or
+# two instead of tens of seconds of sequential round trips; 16 keeps well inside the client's
+# connection pool (32) and the API server's default in-flight limits.
+NODE_CONCURRENCY = 16
 _BUDGET_NAME = re.compile(r"disruption budget (\S+)", re.IGNORECASE)
 
 
@@ -83,13 +102,29 @@ class Outcome:
         if self.requeue_after is None or seconds < self.requeue_after:
             self.requeue_after = seconds
 
+    def absorb(self, other: Outcome) -> None:
+        """Add what ``other`` (one node's share, applied on another thread) learned."""
+        if other.requeue_after is not None:
+            self.soon(other.requeue_after)
+        for node, budgets in other.pdb_blocked.items():
+            self.pdb_blocked.setdefault(node, []).extend(budgets)
+        for node, lines in other.drain_blockers.items():
+            self.drain_blockers.setdefault(node, []).extend(lines)
+        self.evicted += other.evicted
+        self.conflicts += other.conflicts
+
 
 class NodeConflictError(Exception):
     """A conditional Node write lost a race: skip this node's remaining actions."""
 
 
 class NodePatcher:
-    """Merge patches on one Node, each conditional on the last resourceVersion seen."""
+    """The Node changes of one node's action list, merged and written conditionally.
+
+    :meth:`patch` only queues a change; :meth:`flush` writes everything queued as one merge patch
+    conditional on the last resourceVersion seen (the snapshot's, then each write's answer).
+    Callbacks queued with ``then`` (Events about the change) run only after that write succeeded.
+    """
 
     def __init__(
         self,
@@ -100,14 +135,34 @@ class NodePatcher:
         self._writer = writer
         self.name = node.name
         self.resource_version = node.resource_version
-        self.annotations: dict[str, str] = dict(node.annotations)
         self.state: dict[str, PackageState] = dict(node.state)
         self.cordon = node.facts.cordon
         self.unschedulable = node.facts.unschedulable
         self.taints = list(node.taints)
         self._on_written = on_written
+        self._pending: dict[str, Any] = {}
+        self._after: list[Callable[[], None]] = []
+        self.writes = 0
 
-    def patch(self, body: Mapping[str, Any]) -> None:
+    def patch(self, body: Mapping[str, Any], *, then: Callable[[], None] | None = None) -> None:
+        """Queue ``body`` (a merge patch) for the next write; ``then`` runs once it is written."""
+        merge_patch_into(self._pending, body)
+        if then is not None:
+            self._after.append(then)
+
+    def after_write(self, call: Callable[[], None]) -> None:
+        """Run ``call`` after the queued changes are written (at once if nothing is queued)."""
+        if self._pending:
+            self._after.append(call)
+        else:
+            call()
+
+    def flush(self) -> None:
+        """Write the queued changes (if any). A lost race raises :class:`NodeConflictError`."""
+        if not self._pending:
+            return
+        body, self._pending = self._pending, {}
+        after, self._after = self._after, []
         try:
             answer = self._writer.merge_patch(
                 resources.NODES, self.name, body, resource_version=self.resource_version or None
@@ -116,8 +171,54 @@ class NodePatcher:
             raise NodeConflictError(self.name) from exc
         meta = answer.get("metadata") or {}
         self.resource_version = str(meta.get("resourceVersion", ""))
-        self.annotations = dict(meta.get("annotations") or {})
+        self.writes += 1
         self._on_written(self.name, self.resource_version)
+        for call in after:
+            call()
+
+
+def merge_patch_into(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """Fold merge patch ``patch`` into merge patch ``target`` (RFC 7386: objects merge key by
+    key, anything else - a value, a list, null - replaces), so sending ``target`` once has the
+    effect of sending both in order."""
+    for key, value in patch.items():
+        current = target.get(key)
+        if isinstance(value, Mapping) and isinstance(current, dict):
+            merge_patch_into(current, value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+@dataclass(frozen=True, slots=True)
+class EventNote:
+    """An Event to post once a node's actions were applied (kind ``Node`` or ``NodeWright``)."""
+
+    kind: str
+    name: str
+    reason: str
+    note: str
+    warning: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeWork:
+    """One node's share of a reconcile.
+
+    Attributes:
+        node: The snapshot the actions were planned from (its resourceVersion conditions the
+            first write).
+        actions: The planner's actions, applied in order.
+        workload_pods: Workload pods on the node (for a drain).
+        annotations: Annotation changes (the batch record) that ride on the node's first write,
+            before any of its work starts; written alone when nothing else is.
+        events: Posted after the actions (whatever became of them).
+    """
+
+    node: snapshot.NodeSnapshot
+    actions: Sequence[actions.Action] = ()
+    workload_pods: Sequence[Mapping[str, Any]] = ()
+    annotations: Mapping[str, str | None] = field(default_factory=dict)
+    events: Sequence[EventNote] = ()
 
 
 def _event_ref(kind: str, name: str, cr: NodeWright | None = None) -> ObjectRef:
@@ -162,7 +263,54 @@ class Executor:
         type_ = EventType.WARNING if warning else EventType.NORMAL
         self._events.post(_event_ref(kind, name, cr), type_, reason, note)
 
-    # -- one node ----------------------------------------------------------------------------
+    # -- nodes -------------------------------------------------------------------------------
+
+    def apply_nodes(self, cr: NodeWright, works: Sequence[NodeWork], outcome: Outcome) -> None:
+        """Apply every node's work: nodes in parallel, each node's actions in order.
+
+        Raises the first unexpected error (after every node was tried), like a sequential loop
+        would, so the reconcile is retried; lost write races only requeue (``outcome``).
+        """
+        if not works:
+            return
+        ready = self._prepare_config_maps(cr, works)
+        if len(works) == 1:
+            self._apply_work(cr, works[0], outcome, ready)
+            return
+        # Nodes that start pods first: they are on the rollout's critical path.
+        works = sorted(works, key=lambda w: not any(isinstance(a, _STARTS_PODS) for a in w.actions))
+        shares = [Outcome() for _ in works]
+        try:
+            _in_parallel(
+                [
+                    partial(self._apply_work, cr, work, share, ready)
+                    for work, share in zip(works, shares, strict=True)
+                ]
+            )
+        finally:
+            for share in shares:
+                outcome.absorb(share)
+
+    def write_annotations(self, writes: Mapping[str, Mapping[str, str | None]]) -> None:
+        """Set (str) or remove (None) annotations on Nodes, unconditionally, nodes in parallel; a
+        Node that is gone is skipped."""
+        if not writes:
+            return
+        _in_parallel(
+            [
+                partial(self._write_annotations, node, notes)
+                for node, notes in sorted(writes.items())
+            ]
+        )
+
+    def _write_annotations(self, node: str, annotations: Mapping[str, str | None]) -> None:
+        body = {"metadata": {"annotations": dict(annotations)}}
+        try:
+            answer = self._writer.merge_patch(resources.NODES, node, body)
+        except NotFoundError:
+            return
+        meta = answer.get("metadata") or {}
+        self._on_node_written(node, str(meta.get("resourceVersion", "")))
 
     def apply_node(
         self,
@@ -173,24 +321,73 @@ class Executor:
         workload_pods: Sequence[Mapping[str, Any]],
     ) -> None:
         """Apply one node's actions in order; a lost write race stops them (and requeues)."""
-        patcher = NodePatcher(self._writer, node, self._on_node_written)
+        self.apply_nodes(
+            cr, [NodeWork(node=node, actions=plan, workload_pods=workload_pods)], outcome
+        )
+
+    def _apply_work(
+        self, cr: NodeWright, work: NodeWork, outcome: Outcome, config_maps: frozenset[str]
+    ) -> None:
+        patcher = NodePatcher(self._writer, work.node, self._on_node_written)
+        if work.annotations:
+            patcher.patch({"metadata": {"annotations": dict(work.annotations)}})
         try:
-            for action in plan:
-                self._apply(cr, patcher, action, outcome, workload_pods)
+            for action in work.actions:
+                self._apply(
+                    cr,
+                    patcher,
+                    action,
+                    outcome=outcome,
+                    workload_pods=work.workload_pods,
+                    config_maps=config_maps,
+                )
+            patcher.flush()
         except NodeConflictError:
             outcome.conflicts += 1
             outcome.soon(CONFLICT_RETRY_SECONDS)
-            logger.debug("node changed under us; replanning", extra={"node": node.name})
+            logger.debug("node changed under us; replanning", extra={"node": work.node.name})
+            if work.annotations and patcher.writes == 0:
+                # The batch record does not depend on the node's state (the rollout planner
+                # chose the node); as a write of its own it was unconditional, so it still lands
+                # and the node stays a member of its batch. Its work is planned again.
+                self._write_annotations(work.node.name, work.annotations)
+        for note in work.events:
+            self.event(
+                note.kind,
+                note.name,
+                note.reason,
+                note.note,
+                warning=note.warning,
+                cr=cr if note.kind == "NodeWright" else None,
+            )
+
+    def _prepare_config_maps(self, cr: NodeWright, works: Sequence[NodeWork]) -> frozenset[str]:
+        """Create the vars ConfigMap of every package a pod is about to start for, once."""
+        packages = sorted(
+            {
+                action.package
+                for work in works
+                for action in work.actions
+                if isinstance(action, _STARTS_PODS) and action.package in cr.spec.packages
+            }
+        )
+        for package in packages:
+            self._ensure_config_map(cr, package)
+        return frozenset(packages)
 
     def _apply(
         self,
         cr: NodeWright,
         node: NodePatcher,
         action: actions.Action,
+        *,
         outcome: Outcome,
         workload_pods: Sequence[Mapping[str, Any]],
+        config_maps: frozenset[str],
     ) -> None:
         cr_name = cr.metadata.name
+        if isinstance(action, _ACTS_ON_WORLD):
+            node.flush()  # the node's recorded state (and batch record) precedes the work
         if isinstance(action, actions.PatchNodeState):
             state = dict(node.state)
             state.update(action.set)
@@ -208,18 +405,16 @@ class Executor:
         elif isinstance(action, actions.Uncordon):
             self._uncordon(cr, node, action.holder)
         elif isinstance(action, actions.WaitForPods):
-            self.event(
-                "Node",
-                node.name,
-                "WaitingForPods",
-                f"{cr_name}: waiting for podNonInterruptLabels pods to finish before the interrupt",
+            note = (
+                f"{cr_name}: waiting for podNonInterruptLabels pods to finish before the interrupt"
             )
+            node.after_write(lambda: self.event("Node", node.name, "WaitingForPods", note))
         elif isinstance(action, actions.Drain):
             self._drain(cr, node.name, action, outcome, workload_pods)
         elif isinstance(action, actions.CreatePackagePod):
-            self._create_package_pod(cr, action)
+            self._create_package_pod(cr, action, config_map_ready=action.package in config_maps)
         elif isinstance(action, actions.CreateInterruptPod):
-            self._create_interrupt_pod(cr, action)
+            self._create_interrupt_pod(cr, action, config_map_ready=action.package in config_maps)
         elif isinstance(action, actions.DeletePod):
             self.delete_pod(action.name)
         elif isinstance(action, actions.AddTaint):
@@ -229,12 +424,15 @@ class Executor:
         elif isinstance(action, actions.VerifyReboot):
             pass  # the planner judges the next snapshot (new bootID + Ready); we only requeue
         elif isinstance(action, actions.EmitEvent):
-            warning = action.type is actions.EventType.WARNING
-            self.event(action.kind, action.name, action.reason, action.message, warning=warning)
-            if action.reason == "PackageFailed":
-                self._metrics.pod_failures.labels(cr_name).inc()
+            node.after_write(lambda: self._emit(cr_name, action))
         elif isinstance(action, actions.WriteStatus):  # the reconciler writes status itself
             logger.debug("WriteStatus ignored by the node executor")
+
+    def _emit(self, cr_name: str, action: actions.EmitEvent) -> None:
+        warning = action.type is actions.EventType.WARNING
+        self.event(action.kind, action.name, action.reason, action.message, warning=warning)
+        if action.reason == "PackageFailed":
+            self._metrics.pod_failures.labels(cr_name).inc()
 
     # -- cordon ------------------------------------------------------------------------------
 
@@ -244,16 +442,21 @@ class Executor:
             return
         holders = sorted({*record.holders, action.holder})
         record = record.model_copy(update={"holders": holders})
+
+        def announce() -> None:
+            self.event("Node", node.name, "Cordoned", f"cordoned for NodeWright {action.holder}")
+            note = f"cordoned node {node.name}"
+            self.event("NodeWright", cr.metadata.name, "Cordoned", note, cr=cr)
+
         node.patch(
             {
                 "metadata": {"annotations": {CORDON_ANNOTATION: _dump_cordon(record)}},
                 "spec": {"unschedulable": True},
-            }
+            },
+            then=announce,
         )
         node.cordon = record
         node.unschedulable = True
-        self.event("Node", node.name, "Cordoned", f"cordoned for NodeWright {action.holder}")
-        self.event("NodeWright", cr.metadata.name, "Cordoned", f"cordoned node {node.name}", cr=cr)
 
     def _uncordon(self, cr: NodeWright, node: NodePatcher, holder: str) -> None:
         record = node.cordon
@@ -275,7 +478,6 @@ class Executor:
             body = {"metadata": {"annotations": {CORDON_ANNOTATION: None}}}
             if not record.was_unschedulable:
                 body["spec"] = {"unschedulable": False}
-        node.patch(body)
         node.cordon = record.model_copy(update={"holders": holders}) if holders else None
         released = not holders and not record.was_unschedulable
         if released:
@@ -285,8 +487,12 @@ class Executor:
             if released
             else f"NodeWright {holder} released its cordon; node stays cordoned"
         )
-        self.event("Node", node.name, "Uncordoned" if released else "CordonReleased", note)
-        self.event("NodeWright", cr.metadata.name, "Uncordoned", f"{node.name}: {note}", cr=cr)
+
+        def announce() -> None:
+            self.event("Node", node.name, "Uncordoned" if released else "CordonReleased", note)
+            self.event("NodeWright", cr.metadata.name, "Uncordoned", f"{node.name}: {note}", cr=cr)
+
+        node.patch(body, then=announce)
 
     # -- taints ------------------------------------------------------------------------------
 
@@ -296,6 +502,11 @@ class Executor:
         wire = [_taint_wire(t.key, t.value, t.effect) for t in node.taints]
         wire.append(_taint_wire(key, value, effect))
         node.patch({"spec": {"taints": wire}})
+        # later taint actions of the same list build on this one (they are merged into one write)
+        node.taints = [
+            *node.taints,
+            selectors.Taint(key=key, effect=TaintEffect(effect), value=value),
+        ]
 
     def _remove_taint(self, node: NodePatcher, key: str, effect: str) -> None:
         kept = [t for t in node.taints if not (t.key == key and t.effect == effect)]
@@ -392,9 +603,13 @@ class Executor:
             return False
         return True
 
-    def _start_pod(self, request: podspec.PodRequest, kind: str) -> JsonObject | None:
-        """Create the pod (and its package's vars ConfigMap); None when it already existed."""
-        self._ensure_config_map(request.cr, request.package_name)
+    def _start_pod(
+        self, request: podspec.PodRequest, kind: str, *, config_map_ready: bool
+    ) -> JsonObject | None:
+        """Create the pod (and its package's vars ConfigMap unless ``config_map_ready``); None
+        when it already existed."""
+        if not config_map_ready:
+            self._ensure_config_map(request.cr, request.package_name)
         pod = podspec.build_pod(request)
         pod["metadata"]["namespace"] = self._namespace
         if not self._create(resources.PODS, pod):
@@ -402,7 +617,9 @@ class Executor:
         self._metrics.pods_created.labels(request.cr.metadata.name, kind).inc()
         return pod
 
-    def _create_package_pod(self, cr: NodeWright, action: actions.CreatePackagePod) -> None:
+    def _create_package_pod(
+        self, cr: NodeWright, action: actions.CreatePackagePod, *, config_map_ready: bool
+    ) -> None:
         if action.package not in cr.spec.packages:
             return
         request = podspec.PodRequest(
@@ -415,14 +632,16 @@ class Executor:
             previous_version=action.previous_version,
             attempt=action.attempt,
         )
-        pod = self._start_pod(request, "package")
+        pod = self._start_pod(request, "package", config_map_ready=config_map_ready)
         if pod is not None:
             logger.info(
                 "package pod created",
                 extra={"pod": pod["metadata"]["name"], "node": action.node, "cr": cr.metadata.name},
             )
 
-    def _create_interrupt_pod(self, cr: NodeWright, action: actions.CreateInterruptPod) -> None:
+    def _create_interrupt_pod(
+        self, cr: NodeWright, action: actions.CreateInterruptPod, *, config_map_ready: bool
+    ) -> None:
         if action.package not in cr.spec.packages:
             return
         request = podspec.PodRequest(
@@ -436,7 +655,7 @@ class Executor:
             interrupt_services=action.services,
             attempt=max(action.attempt, 1),
         )
-        if self._start_pod(request, "interrupt") is not None:
+        if self._start_pod(request, "interrupt", config_map_ready=config_map_ready) is not None:
             members = ", ".join(action.members)
             note = f"{action.interrupt_type.value} interrupt for {members} ({cr.metadata.name})"
             self.event("Node", action.node, "Interrupt", note)
@@ -446,6 +665,33 @@ class Executor:
         self._writer_check()
         with contextlib.suppress(NotFoundError):
             self._rest.delete(resources.PODS, name, namespace=self._namespace)
+
+
+# Actions that act on the world: the node's queued changes are written before any of them.
+_ACTS_ON_WORLD = (
+    actions.Drain,
+    actions.CreatePackagePod,
+    actions.CreateInterruptPod,
+    actions.DeletePod,
+)
+
+
+_STARTS_PODS = (actions.CreatePackagePod, actions.CreateInterruptPod)
+
+
+def _in_parallel(calls: Sequence[Callable[[], None]]) -> None:
+    """Run independent calls on at most NODE_CONCURRENCY threads; once all ended, raise the
+    first error (in call order), as a loop that carried on past failures would."""
+    if len(calls) == 1:
+        calls[0]()
+        return
+    workers = min(NODE_CONCURRENCY, len(calls))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="node-writes") as pool:
+        futures: list[Future[None]] = [pool.submit(call) for call in calls]
+    for future in futures:
+        error = future.exception()
+        if error is not None:
+            raise error
 
 
 def _dump_cordon(record: CordonRecord) -> str:

@@ -49,7 +49,7 @@ from lifecycle.nodestate import (
 from lifecycle.spec import PREFIX, DeploymentPolicy, NodeWright
 from lifecycle.status import NodeWrightStatus, Status
 from nodewright_bridge.controller import snapshot
-from nodewright_bridge.controller.executor import Executor, Outcome
+from nodewright_bridge.controller.executor import EventNote, Executor, NodeWork, Outcome
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.errors import NotFoundError
 from nodewright_bridge.k8s import caches, resources
@@ -119,6 +119,8 @@ class NodeWrightReconciler:
         # starts before the cache has caught up must build on it, not on an older status
         # (recentFailures and batch states would otherwise be lost).
         self._statuses: dict[str, tuple[int, NodeWrightStatus]] = {}
+        # Quiet nodes' snapshots and probe plans, reused while nothing they depend on changed.
+        self._quiet = snapshot.QuietNodes()
         self.executor = Executor(
             rest=rest,
             writer=writer,
@@ -276,7 +278,7 @@ class NodeWrightReconciler:
         failures: list[stages.NodeFailure] = []
         malformed: dict[str, str] = {}  # node -> why its state annotation does not parse
         snaps: dict[str, snapshot.NodeSnapshot] = {}
-        probes: dict[str, stages.NodePlan] = {}
+        probes: dict[str, tuple[stages.NodeInput, stages.NodePlan]] = {}
         views: list[rollout.NodeView] = []
         stale: set[str] = set()
         for node in nodes:
@@ -290,7 +292,23 @@ class NodeWrightReconciler:
             if targeted and self._auto_taint(cr, node):
                 stale.add(node_name)
                 outcome.soon(STALE_RETRY_SECONDS)
-            snap = snapshot.snapshot_node(cr, node, self._stores, pdbs, node_index=caches.BY_NODE)
+            quiet = (
+                self._quiet.get(
+                    cr,
+                    node,
+                    self._stores,
+                    paused=paused,
+                    disabled=disabled,
+                    node_index=caches.BY_NODE,
+                )
+                if targeted
+                else None
+            )
+            snap = (
+                quiet[0]
+                if quiet is not None
+                else snapshot.snapshot_node(cr, node, self._stores, pdbs, node_index=caches.BY_NODE)
+            )
             if not targeted:
                 views.append(_view(snap, None, ready=False))
                 continue
@@ -304,11 +322,24 @@ class NodeWrightReconciler:
                 node_status[node_name] = snap.status or Status.UNKNOWN
                 views.append(_view(snap, None, ready=node_name in ready_set))
                 continue
-            probe = stages.plan_node(
-                _node_input(cr, snap, now, allowed=False, paused=paused, disabled=disabled)
+            probe_input = _node_input(
+                cr, snap, now, allowed=False, paused=paused, disabled=disabled
             )
+            if quiet is not None:
+                probe = quiet[1]
+            else:
+                probe = stages.plan_node(probe_input)
+                self._quiet.offer(
+                    cr,
+                    snap,
+                    probe,
+                    self._stores,
+                    paused=paused,
+                    disabled=disabled,
+                    node_index=caches.BY_NODE,
+                )
             snaps[node_name] = snap
-            probes[node_name] = probe
+            probes[node_name] = (probe_input, probe)
             views.append(_view(snap, probe, ready=node_name in ready_set))
 
         batch_states = {
@@ -329,66 +360,69 @@ class NodeWrightReconciler:
 
         # (a) batch states and the order counter first.
         self._write_batch_states(name, old, plan)
-        # (b) batch records on the Nodes.
+        # (b) batch records on the Nodes. A planned node's record rides on its first write in (c):
+        # one atomic patch, so its work never starts without it; the other nodes' go now.
+        records: dict[str, dict[str, str | None]] = {}
         for node_name, record in plan.records.items():
-            answer = self._patch_node_annotation(
-                node_name, batch_annotation(name), record.model_dump_json(by_alias=True)
-            )
-            if answer is not None and node_name in snaps:
-                snaps[node_name] = snapshot.snapshot_node(
-                    cr, answer, self._stores, pdbs, node_index=caches.BY_NODE
-                )
+            records[node_name] = {batch_annotation(name): record.model_dump_json(by_alias=True)}
         for node_name in plan.released:
-            if node_name in malformed:
-                continue
-            answer = self._patch_node_annotation(node_name, batch_annotation(name), None)
-            if answer is not None and node_name in snaps:
-                snaps[node_name] = snapshot.snapshot_node(
-                    cr, answer, self._stores, pdbs, node_index=caches.BY_NODE
-                )
+            if node_name not in malformed:
+                records[node_name] = {batch_annotation(name): None}
+        self.executor.write_annotations({n: a for n, a in records.items() if n not in snaps})
         # (c) node plans.
         allowed = set(plan.allowed)
         unpickable = {n: "node has the ignore label" for n in plan.ignored}
         unpickable.update({b.node: b.reason for b in plan.blocked})
         wakeups: list[datetime] = []
+        works: list[NodeWork] = []
         for node_name, snap in snaps.items():
-            node_plan = stages.plan_node(
-                _node_input(
-                    cr,
-                    snap,
-                    now,
-                    allowed=node_name in allowed,
-                    paused=paused or plan.paused,
-                    disabled=disabled,
-                    order=plan.orders.get(node_name),
-                    unpickable=unpickable.get(node_name, ""),
-                )
+            node_input = _node_input(
+                cr,
+                snap,
+                now,
+                allowed=node_name in allowed,
+                paused=paused or plan.paused,
+                disabled=disabled,
+                order=plan.orders.get(node_name),
+                unpickable=unpickable.get(node_name, ""),
             )
+            probe_input, probe = probes[node_name]
+            # The planner is pure: the probe already answered an identical input.
+            node_plan = probe if node_input == probe_input else stages.plan_node(node_input)
             extra = self._runtime_taint_actions(cr, snap, node_plan, crs)
             node_actions = (*node_plan.actions, *extra)
-            if node_actions:
-                workload = self._stores.pods.by_index(caches.BY_NODE, node_name)
-                self.executor.apply_node(cr, snap, node_actions, outcome, workload)
+            notes: list[EventNote] = []
             node_status[node_name] = node_plan.status
             failures.extend(node_plan.failures)
             if node_plan.requeue_at is not None:
                 wakeups.append(node_plan.requeue_at)
             if node_plan.status is Status.COMPLETE and snap.status is not Status.COMPLETE:
-                self.executor.event(
-                    "Node", node_name, "NodeWrightComplete", f"all packages of {name} complete"
+                notes.append(
+                    EventNote(
+                        "Node", node_name, "NodeWrightComplete", f"all packages of {name} complete"
+                    )
                 )
             for failure in node_plan.failures:
                 if failure.final:
-                    self.executor.event(
-                        "NodeWright",
-                        name,
-                        "PackageFailed",
-                        aggregation.describe_failure(failure),
-                        warning=True,
-                        cr=cr,
+                    why = aggregation.describe_failure(failure)
+                    notes.append(EventNote("NodeWright", name, "PackageFailed", why, warning=True))
+            if node_actions or notes or node_name in records:
+                works.append(
+                    NodeWork(
+                        node=snap,
+                        actions=node_actions,
+                        workload_pods=(
+                            self._stores.pods.by_index(caches.BY_NODE, node_name)
+                            if node_actions
+                            else ()
+                        ),
+                        annotations=records.get(node_name, {}),
+                        events=notes,
                     )
+                )
             if snap.blocking_pdbs and node_name in allowed and snap.facts.pods_to_evict:
                 outcome.pdb_blocked.setdefault(node_name, []).extend(snap.blocking_pdbs)
+        self.executor.apply_nodes(cr, works, outcome)
 
         status = aggregation.aggregate(
             aggregation.rollout_input(
@@ -494,18 +528,6 @@ class NodeWrightReconciler:
                 return ()
         return (RemoveTaint(node=snap.name, key=taint.key, effect=taint.effect.value),)
 
-    def _patch_node_annotation(
-        self, node: str, key: str, value: str | None
-    ) -> dict[str, Any] | None:
-        try:
-            answer = self._writer.merge_patch(
-                resources.NODES, node, {"metadata": {"annotations": {key: value}}}
-            )
-        except NotFoundError:
-            return None
-        self._node_written(node, str(snapshot.meta_of(answer).get("resourceVersion", "")))
-        return answer
-
     def _write_batch_states(
         self, name: str, old: NodeWrightStatus, plan: rollout.RolloutPlan
     ) -> None:
@@ -589,6 +611,7 @@ class NodeWrightReconciler:
         with self._lock:
             self._parsed.pop(name, None)
             self._statuses.pop(name, None)
+        self._quiet.forget(name)
         logger.info("cleaned up after deleted NodeWright", extra={"cr": name})
         return Result()
 

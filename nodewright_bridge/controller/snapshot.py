@@ -38,7 +38,7 @@ from lifecycle.nodestate import (
     status_key,
 )
 from lifecycle.spec import DeploymentPolicy, LabelSelector, NodeWright
-from lifecycle.stages import INTERRUPT_STAGES, NodeFacts, PodObservation, PodPhase
+from lifecycle.stages import INTERRUPT_STAGES, NodeFacts, NodePlan, PodObservation, PodPhase
 from lifecycle.status import Status
 from lifecycle.validation import load_nodewright, load_policy
 
@@ -421,4 +421,95 @@ def complete_on(cr_name: str, nodes: Iterable[Mapping[str, Any]]) -> frozenset[s
     key = status_key(cr_name)
     return frozenset(
         str(meta_of(n).get("name", "")) for n in nodes if labels_of(n).get(key) == "complete"
+    )
+
+
+# ---- quiet nodes ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Quiet:
+    cr: NodeWright
+    resource_version: str
+    paused: bool
+    disabled: bool
+    snap: NodeSnapshot
+    probe: NodePlan
+
+
+class QuietNodes:
+    """Snapshots and probe plans of *quiet* nodes, kept between reconciles (issue 5: CPU).
+
+    Most nodes of a large rollout are quiet at any moment: waiting for their batch or complete,
+    with no pod of ours or anyone's on them. For such a node the probe plan is a function of the
+    parsed CR and the Node object alone (no pods, no PDBs, no deadline: the planner reported no
+    wake-up and produced no action), so it is reused until the Node's resourceVersion, the CR
+    object or the paused/disabled flags change. Anything else is planned afresh every time.
+    """
+
+    QUIET = frozenset({Status.COMPLETE, Status.WAITING})
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str], _Quiet] = {}
+
+    def get(
+        self,
+        cr: NodeWright,
+        node: Mapping[str, Any],
+        stores: Stores,
+        *,
+        paused: bool,
+        disabled: bool,
+        node_index: str = "node",
+    ) -> tuple[NodeSnapshot, NodePlan] | None:
+        meta = meta_of(node)
+        key = (cr.metadata.name, str(meta.get("name", "")))
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if (
+            entry.cr is not cr
+            or entry.resource_version != str(meta.get("resourceVersion", ""))
+            or (entry.paused, entry.disabled) != (paused, disabled)
+            or not _podless(key[1], stores, node_index)
+        ):
+            del self._entries[key]
+            return None
+        return entry.snap, entry.probe
+
+    def offer(
+        self,
+        cr: NodeWright,
+        snap: NodeSnapshot,
+        probe: NodePlan,
+        stores: Stores,
+        *,
+        paused: bool,
+        disabled: bool,
+        node_index: str = "node",
+    ) -> None:
+        """Keep ``snap``/``probe`` if the node is quiet (see the class docstring)."""
+        quiet = (
+            probe.status in self.QUIET
+            and not probe.actions
+            and not probe.failures
+            and probe.requeue_at is None
+            and snap.state_error is None
+            and not snap.pods
+            and _podless(snap.name, stores, node_index)
+        )
+        key = (cr.metadata.name, snap.name)
+        if quiet:
+            self._entries[key] = _Quiet(cr, snap.resource_version, paused, disabled, snap, probe)
+        else:
+            self._entries.pop(key, None)
+
+    def forget(self, cr_name: str) -> None:
+        for key in [k for k in self._entries if k[0] == cr_name]:
+            del self._entries[key]
+
+
+def _podless(node: str, stores: Stores, node_index: str) -> bool:
+    return not stores.package_pods.by_index(node_index, node) and not stores.pods.by_index(
+        node_index, node
     )

@@ -301,8 +301,11 @@ class WatchStream:
         self._closed = True
         try:
             self._response.shutdown()  # unblocks a reader in another thread (urllib3 >= 2.3)
-        except (AttributeError, RuntimeError):
-            pass  # old urllib3, or the stream ended and the connection went back to the pool
+        except (AttributeError, RuntimeError, ValueError):
+            # old urllib3; or the stream ended and the connection went back to the pool; or the
+            # server already dropped the connection (urllib3 raises ValueError: no socket to shut
+            # down). None of these may turn a clean watch end into an informer failure + relist.
+            pass
         except TRANSPORT_ERRORS:
             pass
         try:

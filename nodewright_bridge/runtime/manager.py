@@ -90,10 +90,34 @@ class _Enqueue:
         self._keys(obj)
 
     def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        # An update that changed nothing the controller caches (a Node heartbeat: the slimmed
+        # object differs only in resourceVersion) cannot change a reconcile's outcome; at
+        # thousands of nodes such updates would keep the CR's key busy all the time. A resync
+        # re-delivers the same object (``old is new``) and always counts.
+        if old is not new and same_but_version(old, new):
+            return
         self._keys(new)
 
     def on_delete(self, obj: dict[str, Any]) -> None:
         self._keys(obj)
+
+
+def same_but_version(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """True if two cached objects differ at most in ``metadata.resourceVersion``."""
+    if old.keys() != new.keys():
+        return False
+    for key, value in new.items():
+        if key != "metadata":
+            if old[key] != value:
+                return False
+            continue
+        before = old[key] or {}
+        after = value or {}
+        if before.keys() != after.keys():
+            return False
+        if any(k != "resourceVersion" and before[k] != v for k, v in after.items()):
+            return False
+    return True
 
 
 class Manager:

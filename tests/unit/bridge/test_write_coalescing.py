@@ -1,0 +1,55 @@
+"""Pure helpers behind the controller's fewer writes and fewer reconciles (issue 5): merging a
+node's merge patches into one, and telling an update that changed nothing we cache."""
+
+from __future__ import annotations
+
+from nodewright_bridge.controller.executor import merge_patch_into
+from nodewright_bridge.k8s.slimming import slim_node
+from nodewright_bridge.runtime.manager import same_but_version
+
+
+def test_merged_patches_have_the_effect_of_sending_them_in_order() -> None:
+    merged: dict[str, object] = {}
+    merge_patch_into(merged, {"metadata": {"annotations": {"batch": "r1"}}})
+    merge_patch_into(merged, {"metadata": {"annotations": {"state": "s1", "gone": None}}})
+    merge_patch_into(merged, {"metadata": {"labels": {"status": "in_progress"}}})
+    merge_patch_into(merged, {"metadata": {"annotations": {"state": "s2"}}})
+    merge_patch_into(merged, {"spec": {"taints": [{"key": "a"}]}})
+    merge_patch_into(merged, {"spec": {"taints": [{"key": "b"}], "unschedulable": True}})
+    assert merged == {
+        "metadata": {
+            "annotations": {"batch": "r1", "state": "s2", "gone": None},
+            "labels": {"status": "in_progress"},
+        },
+        "spec": {"taints": [{"key": "b"}], "unschedulable": True},
+    }
+
+
+def test_a_merged_patch_does_not_share_structure_with_its_parts() -> None:
+    part = {"metadata": {"annotations": {"x": "1"}}}
+    merged: dict[str, object] = {}
+    merge_patch_into(merged, part)
+    merge_patch_into(merged, {"metadata": {"annotations": {"y": "2"}}})
+    assert part == {"metadata": {"annotations": {"x": "1"}}}
+
+
+def _node(rv: str, heartbeat: str, label: str = "a") -> dict[str, object]:
+    return slim_node(
+        {
+            "metadata": {"name": "n1", "resourceVersion": rv, "labels": {"l": label}},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}],
+                "nodeInfo": {"bootID": "b1"},
+            },
+        }
+    )
+
+
+def test_a_heartbeat_changes_nothing_the_controller_caches() -> None:
+    assert same_but_version(_node("1", "t1"), _node("2", "t2"))
+
+
+def test_a_label_change_is_a_change() -> None:
+    assert not same_but_version(_node("1", "t1"), _node("2", "t1", label="b"))
+    assert not same_but_version({"metadata": {"name": "n"}}, {"metadata": {"name": "m"}})
+    assert not same_but_version({"metadata": {}}, {"metadata": {}, "spec": {}})
