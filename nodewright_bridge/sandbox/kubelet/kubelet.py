@@ -192,6 +192,9 @@ class Kubelet:
         self._next_heartbeat: dict[str, float] = {}
         self._reboots_requested: set[str] = set()
         self._ready_again: dict[str, float] = {}  # node -> monotonic time to report Ready
+        # node -> (first seen, Ready as last posted, when Ready last changed): as a real kubelet,
+        # a heartbeat moves lastHeartbeatTime only; lastTransitionTime moves when status does.
+        self._transitions: dict[str, tuple[str, bool, str]] = {}
         self._pod_counter: dict[str, int] = {}
         self._next_index = 0
         self.watch_synced = threading.Event()
@@ -280,6 +283,10 @@ class Kubelet:
 
     def _node_status(self, node: SimNode, *, ready: bool) -> Obj:
         stamp = now_rfc3339()
+        first, was_ready, since = self._transitions.get(node.name, (stamp, ready, stamp))
+        if was_ready != ready:
+            since = stamp
+        self._transitions[node.name] = (first, ready, since)
 
         def condition(kind: str, status: str, reason: str, message: str) -> Obj:
             return {
@@ -288,7 +295,7 @@ class Kubelet:
                 "reason": reason,
                 "message": message,
                 "lastHeartbeatTime": stamp,
-                "lastTransitionTime": stamp,
+                "lastTransitionTime": since if kind == "Ready" else first,
             }
 
         return {
@@ -338,6 +345,7 @@ class Kubelet:
             nodes = [self.nodes.pop(n) for n in wanted if n in self.nodes]
             for name in wanted:
                 self._next_heartbeat.pop(name, None)
+                self._transitions.pop(name, None)
         for worker in workers:
             for handle in worker.live_handles():
                 handle.kill()
