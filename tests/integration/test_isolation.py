@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -257,13 +258,22 @@ def test_container_view_shows_the_node_root_at_host_and_discards_other_writes(
 
 def test_killing_the_isolated_process_ends_everything_inside(node: tuple[Path, Path]) -> None:
     root, state = node
+    # A duration no other process on the machine uses, so pgrep sees only this test's sleepers.
+    marker = f"sleep 300.{os.getpid()}{time.monotonic_ns() % 1000:03d}"
     proc = isolation.run_isolated(
-        root, state, ["sh", "-c", "sleep 300 & sleep 300 & echo started; wait"], env=ENV,
+        root, state, ["sh", "-c", f"{marker} & {marker} & echo started; wait"], env=ENV,
         view=isolation.View.NODE, stdout=subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdout is not None
     assert proc.stdout.readline() == b"started\n"
     proc.kill()
     proc.wait(10)
-    leftover = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, check=False)
+    # The kernel kills the rest of the PID namespace when its init dies, but not synchronously
+    # with reaping the init: give it a moment, then nothing may be left.
+    deadline = time.monotonic() + 5
+    while True:
+        leftover = subprocess.run(["pgrep", "-f", marker], capture_output=True, check=False)
+        if leftover.stdout == b"" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert leftover.stdout == b""
