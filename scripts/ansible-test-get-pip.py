@@ -4,4 +4,7 @@ import subprocess
 import sys
 
 subprocess.check_call([sys.executable, "-m", "ensurepip", "--default-pip"])
-subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "pip==24.2"])
+PIN = "pip==24.2"
+subprocess.check_call(
+    [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", PIN]
+)

@@ -2,7 +2,7 @@
 
 One reconcile of CR ``name`` (it never learns which event caused it):
 
-1. Read the CR from the cache. Invalid -> ``InvalidSpec`` with every field-path problem, no
+1. Read the CR from the cache. Invalid -> ``InvalidSpec`` (the first five field-path problems), no
    requeue (the next edit triggers a new reconcile). Being deleted -> uninstall where enabled
    (``DeletionBlocked`` while paused or disabled stops that), then remove everything we own from
    the Nodes and drop the finalizer. Else ensure the finalizer.
