@@ -5,7 +5,8 @@ small playbook per stage that runs one of its task files with ``include_role`` +
 and chains them in ``site.yml`` so all requested stages run in ONE ansible-playbook process (one
 interpreter start, one collection scan, facts gathered once by the first stage and kept in a
 jsonfile fact cache in the data dir). A host that fails in a stage takes no part in the later
-stages, so they show as skipped.
+stages, so they show as skipped. A playbook entry (molecule's ``verify.yml``) is imported after its
+stage's marker play; the CR's vars reach it as inventory host vars, as molecule's do.
 
 Host connection (``NW_HOST_CONNECTION``):
 - ``chroot``: ``community.general.chroot`` into ``NW_HOST_ROOT``. Files and commands act on the
@@ -124,12 +125,23 @@ def prepare(
             plays.append(play)
         else:
             plays.append(play)
-            plays.append({"ansible.builtin.import_playbook": str(run_role / entry.file)})
+            plays.append(
+                {
+                    "ansible.builtin.import_playbook": str(run_role / entry.file),
+                    "vars": {"nodewright_stage": str(stage)},
+                }
+            )
     (project / "site.yml").write_text(
         yaml.safe_dump(plays, sort_keys=False, width=1000), encoding="utf-8"
     )
 
-    host_vars: dict[str, Any] = {
+    host_vars: dict[str, Any] = {}
+    if any(manifest.stages[stage].kind is EntryKind.PLAYBOOK for stage in with_entry):
+        # A playbook entry (molecule verify) has its own plays, which see neither the marker
+        # play's vars nor its vars_files. As molecule passes scenario vars through the
+        # inventory, the CR's vars reach it as host vars (the playbook's own vars still win).
+        host_vars.update({**common_vars, **values, **secrets})
+    host_vars |= {
         "ansible_connection": "community.general.chroot",
         "ansible_host": str(settings.host_root),
         "ansible_python_interpreter": settings.host_python,
