@@ -160,7 +160,10 @@ def _agent(
         )
         try:
             output, _ = proc.communicate(timeout=RUN_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
+        except BaseException:
+            # A timeout, or Ctrl-C in `nwb package test`: the agent runs in its own session, so
+            # nothing else stops it; left alone it would keep acting on the root (and hold a
+            # scratch root's mount) after we return.
             isolation.stop_isolated(proc)
             raise
         text = termination.read_text(encoding="utf-8") if termination.is_file() else ""
