@@ -24,6 +24,7 @@ from playbook_adapter.manifest import MANIFEST_FILE, PackageManifest
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
 def _fail(error: PackageError, code: int = EXIT_BAD_INPUT) -> None:
@@ -165,15 +166,23 @@ def test(
         return run.exit_code
 
     def loop(target: Path) -> int:
-        code = once(target)
-        if not watch:
-            return code
-        from watchfiles import watch as watch_changes  # noqa: PLC0415 - only for --watch
-
-        paths = [role_dir, *([vars_file] if vars_file else [])]
-        click.echo("watching for changes (Ctrl-C to stop)")
-        for _ in watch_changes(*paths):
+        # Ctrl-C is how a watch ends: the exit code is the last complete run's, or 130 when it
+        # stopped a run (roletesting has ended that run's agent by then).
+        code = EXIT_INTERRUPTED
+        try:
             code = once(target)
+            if not watch:
+                return code
+            from watchfiles import watch as watch_changes  # noqa: PLC0415 - only for --watch
+
+            paths = [role_dir, *([vars_file] if vars_file else [])]
+            click.echo("watching for changes (Ctrl-C to stop)")
+            for _ in watch_changes(*paths):
+                code = EXIT_INTERRUPTED
+                code = once(target)
+        except KeyboardInterrupt:
+            stopped = "run interrupted" if code == EXIT_INTERRUPTED else "stopped watching"
+            click.echo(stopped, err=True)
         return code
 
     if root is not None:
