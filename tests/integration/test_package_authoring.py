@@ -52,6 +52,8 @@ def node(base: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     isolation.prepare_node(root.path, state, "boot-1")
     yield root.path, state
     rootfs.unmount_node_root(root, remove=True)
+    # `nwb package test --root` keeps the root's isolation state in the user's cache: drop it.
+    shutil.rmtree(roletesting.state_dir_for(root.path), ignore_errors=True)
 
 
 @pytest.fixture
