@@ -265,43 +265,38 @@ class Executor:
 
     # -- nodes -------------------------------------------------------------------------------
 
-    def apply_nodes(self, cr: NodeWright, works: Sequence[NodeWork], outcome: Outcome) -> None:
+    def apply_nodes(
+        self,
+        cr: NodeWright,
+        works: Sequence[NodeWork],
+        outcome: Outcome,
+        *,
+        others: Mapping[str, Mapping[str, str | None]] | None = None,
+    ) -> None:
         """Apply every node's work: nodes in parallel, each node's actions in order.
 
-        Raises the first unexpected error (after every node was tried), like a sequential loop
-        would, so the reconcile is retried; lost write races only requeue (``outcome``).
+        ``others`` are annotation changes (batch records) of nodes without work here, written
+        unconditionally in the same pass, after the nodes that work. Raises the first unexpected
+        error (after every node was tried), like a sequential loop would, so the reconcile is
+        retried; lost write races only requeue (``outcome``).
         """
-        if not works:
-            return
         ready = self._prepare_config_maps(cr, works)
-        if len(works) == 1:
-            self._apply_work(cr, works[0], outcome, ready)
-            return
         # Nodes that start pods first: they are on the rollout's critical path.
         works = sorted(works, key=lambda w: not any(isinstance(a, _STARTS_PODS) for a in w.actions))
         shares = [Outcome() for _ in works]
+        calls = [
+            partial(self._apply_work, cr, work, share, ready)
+            for work, share in zip(works, shares, strict=True)
+        ]
+        calls.extend(
+            partial(self._write_annotations, node, notes)
+            for node, notes in sorted((others or {}).items())
+        )
         try:
-            _in_parallel(
-                [
-                    partial(self._apply_work, cr, work, share, ready)
-                    for work, share in zip(works, shares, strict=True)
-                ]
-            )
+            _in_parallel(calls)
         finally:
             for share in shares:
                 outcome.absorb(share)
-
-    def write_annotations(self, writes: Mapping[str, Mapping[str, str | None]]) -> None:
-        """Set (str) or remove (None) annotations on Nodes, unconditionally, nodes in parallel; a
-        Node that is gone is skipped."""
-        if not writes:
-            return
-        _in_parallel(
-            [
-                partial(self._write_annotations, node, notes)
-                for node, notes in sorted(writes.items())
-            ]
-        )
 
     def _write_annotations(self, node: str, annotations: Mapping[str, str | None]) -> None:
         body = {"metadata": {"annotations": dict(annotations)}}
@@ -311,19 +306,6 @@ class Executor:
             return
         meta = answer.get("metadata") or {}
         self._on_node_written(node, str(meta.get("resourceVersion", "")))
-
-    def apply_node(
-        self,
-        cr: NodeWright,
-        node: snapshot.NodeSnapshot,
-        plan: Sequence[actions.Action],
-        outcome: Outcome,
-        workload_pods: Sequence[Mapping[str, Any]],
-    ) -> None:
-        """Apply one node's actions in order; a lost write race stops them (and requeues)."""
-        self.apply_nodes(
-            cr, [NodeWork(node=node, actions=plan, workload_pods=workload_pods)], outcome
-        )
 
     def _apply_work(
         self, cr: NodeWright, work: NodeWork, outcome: Outcome, config_maps: frozenset[str]
@@ -682,6 +664,8 @@ _STARTS_PODS = (actions.CreatePackagePod, actions.CreateInterruptPod)
 def _in_parallel(calls: Sequence[Callable[[], None]]) -> None:
     """Run independent calls on at most NODE_CONCURRENCY threads; once all ended, raise the
     first error (in call order), as a loop that carried on past failures would."""
+    if not calls:
+        return
     if len(calls) == 1:
         calls[0]()
         return

@@ -9,11 +9,15 @@ One reconcile of CR ``name`` (it never learns which event caused it):
 2. Snapshot the targeted nodes (``snapshot``), probe each with the stage planner *without*
    permission to start new work to learn its status and whether it has work left, and hand the
    resulting ``NodeView``s to ``lifecycle.rollout.plan_rollout``. A node no longer targeted that
-   still carries our keys or cordon hold is released once our pods there have ended.
+   still carries our keys or cordon hold is released once our pods there have ended. A quiet
+   node (waiting or complete, no pods) keeps its snapshot and probe until its Node or the CR
+   changes (``snapshot.QuietNodes``), so a reconcile of thousands of idle nodes stays cheap.
 3. Apply the rollout plan in the restart-safe order its docstring gives: (a) batch states and the
    node-order counter into ``status``, (b) batch records on the Nodes, (c) node plans: allowed
-   nodes are planned again with ``allowed_to_start=True``; every node's actions go to the
-   executor (work in flight always finishes, results are always recorded).
+   nodes are planned again with ``allowed_to_start=True`` (the probe is reused when the input
+   is the same); every node's actions go to the executor (work in flight always finishes,
+   results are always recorded). A node's record rides on its first write of (c) - one atomic
+   patch, so work never starts without it - and the executor writes nodes in parallel.
 4. Aggregate the status (``lifecycle.aggregation``) and write it when it changed; requeue at the
    earliest deadline the planners reported (bounded by ``POLL_SECONDS`` while work is open).
 
@@ -361,14 +365,15 @@ class NodeWrightReconciler:
         # (a) batch states and the order counter first.
         self._write_batch_states(name, old, plan)
         # (b) batch records on the Nodes. A planned node's record rides on its first write in (c):
-        # one atomic patch, so its work never starts without it; the other nodes' go now.
+        # one atomic patch, so its work never starts without it. The other nodes (stale cache,
+        # malformed state) do no work in this reconcile; their records go in the same parallel
+        # pass, after the nodes that work.
         records: dict[str, dict[str, str | None]] = {}
         for node_name, record in plan.records.items():
             records[node_name] = {batch_annotation(name): record.model_dump_json(by_alias=True)}
         for node_name in plan.released:
             if node_name not in malformed:
                 records[node_name] = {batch_annotation(name): None}
-        self.executor.write_annotations({n: a for n, a in records.items() if n not in snaps})
         # (c) node plans.
         allowed = set(plan.allowed)
         unpickable = {n: "node has the ignore label" for n in plan.ignored}
@@ -422,7 +427,9 @@ class NodeWrightReconciler:
                 )
             if snap.blocking_pdbs and node_name in allowed and snap.facts.pods_to_evict:
                 outcome.pdb_blocked.setdefault(node_name, []).extend(snap.blocking_pdbs)
-        self.executor.apply_nodes(cr, works, outcome)
+        self.executor.apply_nodes(
+            cr, works, outcome, others={n: a for n, a in records.items() if n not in snaps}
+        )
 
         status = aggregation.aggregate(
             aggregation.rollout_input(
