@@ -26,7 +26,10 @@ Fewer, parallel writes (issue 5: a rollout must stay within 10 % of its batches'
 - different nodes are independent: :meth:`Executor.apply_nodes` runs each node's list on a
   bounded thread pool (:data:`NODE_CONCURRENCY`), one node's actions always in order on one
   thread; a conflict on one node skips only that node's remaining actions;
-- the vars ConfigMap of a package is created once per ``apply_nodes`` call, not once per pod.
+- the vars ConfigMap of a package is created once per ``apply_nodes`` call, not once per pod;
+- bookkeeping (nodes that start no pod and take no batch record) is written at most
+  :data:`BOOKKEEPING_PER_PASS` nodes per call; the rest is left to the next pass (requeued at
+  once), so no pass over thousands of nodes holds up the one that starts the next batch.
 
 Guarantees: an action list is applied in order and stops at the first failed Node write, so a pod
 is never created without the node-state record that precedes it in the list.
@@ -85,6 +88,14 @@ CONFLICT_RETRY_SECONDS = 0.5
 # two instead of tens of seconds of sequential round trips; 16 keeps well inside the client's
 # connection pool (32) and the API server's default in-flight limits.
 NODE_CONCURRENCY = 16
+# Nodes written per pass that neither start a pod nor take a batch record (bookkeeping: status
+# labels, recording finished pods, deleting them); the rest wait for the next pass, moments later.
+# A pass over thousands of such nodes (every node turning "waiting" in a CR's first reconcile,
+# a 2,048-node batch finishing) would otherwise take tens of seconds of API time, and the pass
+# that notices the batch is done - and starts the next one - would wait for it.
+BOOKKEEPING_PER_PASS = 256
+# When bookkeeping was left for the next pass, that pass comes this soon.
+DEFERRED_RETRY_SECONDS = 0.2
 _BUDGET_NAME = re.compile(r"disruption budget (\S+)", re.IGNORECASE)
 
 
@@ -281,6 +292,11 @@ class Executor:
         retried; lost write races only requeue (``outcome``).
         """
         ready = self._prepare_config_maps(cr, works)
+        bookkeeping = [w for w in works if _bookkeeping(w)]
+        if len(bookkeeping) > BOOKKEEPING_PER_PASS:
+            deferred = {id(w) for w in bookkeeping[BOOKKEEPING_PER_PASS:]}
+            works = [w for w in works if id(w) not in deferred]
+            outcome.soon(DEFERRED_RETRY_SECONDS)
         # Nodes that start pods first: they are on the rollout's critical path.
         works = sorted(works, key=lambda w: not any(isinstance(a, _STARTS_PODS) for a in w.actions))
         shares = [Outcome() for _ in works]
@@ -659,6 +675,14 @@ _ACTS_ON_WORLD = (
 
 
 _STARTS_PODS = (actions.CreatePackagePod, actions.CreateInterruptPod)
+
+
+def _bookkeeping(work: NodeWork) -> bool:
+    """Work that may wait for the next pass: it starts no pod and takes no batch record (a
+    deferred node is planned again, its Events included; a release of a record may wait)."""
+    if any(isinstance(a, _STARTS_PODS) for a in work.actions):
+        return False
+    return all(value is None for value in work.annotations.values())
 
 
 def _in_parallel(calls: Sequence[Callable[[], None]]) -> None:

@@ -17,6 +17,7 @@ namespace once. Nothing is copied out of the stores beyond the small views.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -105,11 +106,19 @@ def parse_state(text: str | None) -> dict[str, PackageState]:
     """The ``state-<cr>`` annotation. Raises ValueError when it does not parse."""
     if not text:
         return {}
+    return dict(_parse_state_items(text))
+
+
+# Nodes of one batch usually carry the very same state text (same resource id, timestamps to
+# the second), and a reconcile parses every node's: parse each distinct text once and share the
+# (frozen) PackageState objects. Bounded; at 5,000 nodes this is a few hundred distinct texts.
+@functools.lru_cache(maxsize=1024)
+def _parse_state_items(text: str) -> tuple[tuple[str, PackageState], ...]:
     raw = json.loads(text)
     if not isinstance(raw, dict):
         raise ValueError("expected a JSON object")
     try:
-        return {str(k): PackageState.model_validate(v) for k, v in raw.items()}
+        return tuple((str(k), PackageState.model_validate(v)) for k, v in raw.items())
     except ValidationError as exc:
         raise ValueError(str(exc).splitlines()[0]) from None
 
