@@ -283,17 +283,19 @@ class Executor:
         outcome: Outcome,
         *,
         others: Mapping[str, Mapping[str, str | None]] | None = None,
+        defer: bool = True,
     ) -> None:
         """Apply every node's work: nodes in parallel, each node's actions in order.
 
         ``others`` are annotation changes (batch records) of nodes without work here, written
         unconditionally in the same pass, after the nodes that work. Raises the first unexpected
         error (after every node was tried), like a sequential loop would, so the reconcile is
-        retried; lost write races only requeue (``outcome``).
+        retried; lost write races only requeue (``outcome``). ``defer=False``: write all
+        bookkeeping now (see :data:`BOOKKEEPING_PER_PASS`).
         """
         ready = self._prepare_config_maps(cr, works)
         bookkeeping = [w for w in works if _bookkeeping(w)]
-        if len(bookkeeping) > BOOKKEEPING_PER_PASS:
+        if defer and len(bookkeeping) > BOOKKEEPING_PER_PASS:
             deferred = {id(w) for w in bookkeeping[BOOKKEEPING_PER_PASS:]}
             works = [w for w in works if id(w) not in deferred]
             outcome.soon(DEFERRED_RETRY_SECONDS)

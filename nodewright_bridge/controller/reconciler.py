@@ -428,7 +428,12 @@ class NodeWrightReconciler:
             if snap.blocking_pdbs and node_name in allowed and snap.facts.pods_to_evict:
                 outcome.pdb_blocked.setdefault(node_name, []).extend(snap.blocking_pdbs)
         self.executor.apply_nodes(
-            cr, works, outcome, others={n: a for n, a in records.items() if n not in snaps}
+            cr,
+            works,
+            outcome,
+            others={n: a for n, a in records.items() if n not in snaps},
+            # once the rollout is done, every node's record lands before the status says so
+            defer=not plan.complete,
         )
 
         status = aggregation.aggregate(
