@@ -143,6 +143,17 @@ def test_the_crs_vars_reach_the_molecule_verify_playbook(
     assert "Authorized use only" not in (root / "etc/issue.net").read_text()
 
 
+# `nwb` with SIGINT handled as in a terminal. A shell starts background jobs (CI runners often are
+# one) with SIGINT ignored, and Python keeps an inherited "ignore", so a Ctrl-C test would send a
+# signal the child never sees.
+NWB_AS_IN_A_TERMINAL = [
+    sys.executable,
+    "-c",
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv = ['nwb', *sys.argv[1:]]; runpy.run_module('nodewright_bridge', run_name='__main__')",
+]
+
+
 class Output:
     """A process's merged stdout/stderr, collected line by line by a reader thread."""
 
@@ -179,7 +190,7 @@ def test_package_test_watch_reruns_on_a_task_file_change_and_stops_on_ctrl_c(
 ) -> None:
     root, _ = node
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nodewright_bridge", "package", "test", str(role),
+        [*NWB_AS_IN_A_TERMINAL, "package", "test", str(role),
          "--root", str(root), "--stages", "apply,apply-check", "--watch"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -233,7 +244,7 @@ def test_ctrl_c_during_a_run_stops_the_agent_and_exits_130(
     slow = "- name: Wait for the change window\n  ansible.builtin.command: sleep 600\n"
     tasks.write_text(tasks.read_text().replace("---\n", "---\n" + slow, 1))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nodewright_bridge", "package", "test", str(role),
+        [*NWB_AS_IN_A_TERMINAL, "package", "test", str(role),
          "--root", str(root), "--stages", "apply"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
