@@ -30,17 +30,14 @@ from typing import IO
 from nodewright_bridge.sandbox import isolation
 from nodewright_bridge.sandbox.kubelet.noderoots import (
     NodeRoots,
-    host_root_mount,
-    reboot_command,
-    resolve_in_root,
-    systemctl_command,
+    simulation_hooks,
+    volume_source,
 )
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode
 from nodewright_bridge.sandbox.kubelet.runners import (
     KILLED_EXIT_CODE,
     ContainerSpec,
     ContainerStartError,
-    VolumeKind,
 )
 
 logger = logging.getLogger(__name__)
@@ -156,25 +153,11 @@ class ExecRunner:
                 reason="ErrImagePull",
             )
         for mount in spec.volume_mounts:
-            if mount.kind is VolumeKind.HOST_PATH:
-                source = resolve_in_root(root, mount.host_path)
-                if mount.sub_path:
-                    source = resolve_in_root(root, f"{mount.host_path}/{mount.sub_path}")
-                source.mkdir(parents=True, exist_ok=True)  # DirectoryOrCreate, inside the node
-            else:
-                resolved = mount.resolve(node)
-                if resolved is None:
-                    raise ContainerStartError(
-                        f"volume {mount.name} was not materialized", reason="CreateContainerError"
-                    )
-                source = resolved
+            source = volume_source(root, node, mount)
             binds.append(isolation.Bind(source, mount.mount_path, read_only=mount.read_only))
         if spec.termination_log is not None:
             binds.append(isolation.Bind(spec.termination_log, spec.termination_message_path))
-        host_root = host_root_mount(spec.volume_mounts)
-        if host_root:
-            env["NW_REBOOT_COMMAND"] = reboot_command(host_root)
-            env["NW_SYSTEMCTL_COMMAND"] = systemctl_command(host_root)
+        env.update(simulation_hooks(spec.volume_mounts))
         env.update(spec.env)
         argv = [*(spec.command or (DEFAULT_PACKAGE_COMMAND if package else ())), *spec.args]
         if not argv:

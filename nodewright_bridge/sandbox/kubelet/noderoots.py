@@ -52,6 +52,34 @@ def host_root_mount(mounts: tuple[VolumeMount, ...]) -> str:
     return ""
 
 
+def simulation_hooks(mounts: tuple[VolumeMount, ...]) -> dict[str, str]:
+    """Env that routes a pod's reboot and systemctl calls to the simulation (empty when the pod
+    does not mount the node's ``/``); the pod's own env is laid over it."""
+    host_root = host_root_mount(mounts)
+    if not host_root:
+        return {}
+    return {
+        "NW_REBOOT_COMMAND": reboot_command(host_root),
+        "NW_SYSTEMCTL_COMMAND": systemctl_command(host_root),
+    }
+
+
+def volume_source(root: Path, node: SimNode, mount: VolumeMount) -> Path:
+    """The host-side directory behind a pod's volume mount: a hostPath resolves inside the node's
+    root (created, as DirectoryOrCreate would); other volumes are the kubelet's materialized dir."""
+    if mount.kind is VolumeKind.HOST_PATH:
+        path = f"{mount.host_path}/{mount.sub_path}" if mount.sub_path else mount.host_path
+        source = resolve_in_root(root, path)
+        source.mkdir(parents=True, exist_ok=True)
+        return source
+    resolved = mount.resolve(node)
+    if resolved is None:
+        raise ContainerStartError(
+            f"volume {mount.name} was not materialized", reason="CreateContainerError"
+        )
+    return resolved
+
+
 def resolve_in_root(root: Path, host_path: str) -> Path:
     """A hostPath on the node as a real directory, refusing symlinks that leave the node root."""
     real_root = Path(os.path.realpath(root))

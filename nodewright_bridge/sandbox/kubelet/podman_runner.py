@@ -28,10 +28,8 @@ from nodewright_bridge.sandbox import isolation
 from nodewright_bridge.sandbox.kubelet.exec_runner import read_message
 from nodewright_bridge.sandbox.kubelet.noderoots import (
     NodeRoots,
-    host_root_mount,
-    reboot_command,
-    resolve_in_root,
-    systemctl_command,
+    simulation_hooks,
+    volume_source,
 )
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode
 from nodewright_bridge.sandbox.kubelet.runners import (
@@ -193,27 +191,13 @@ class PodmanRunner:
         ]
         node_roots: list[str] = []
         for mount in spec.volume_mounts:
-            if mount.kind is VolumeKind.HOST_PATH:
-                path = f"{mount.host_path}/{mount.sub_path}" if mount.sub_path else mount.host_path
-                source = resolve_in_root(root, path)
-                source.mkdir(parents=True, exist_ok=True)
-                if source == Path(root).resolve():
-                    node_roots.append(mount.mount_path)
-            else:
-                resolved = mount.resolve(node)
-                if resolved is None:
-                    raise ContainerStartError(
-                        f"volume {mount.name} was not materialized", reason="CreateContainerError"
-                    )
-                source = resolved
+            source = volume_source(root, node, mount)
+            if mount.kind is VolumeKind.HOST_PATH and source == Path(root).resolve():
+                node_roots.append(mount.mount_path)
             volumes.append(f"{source}:{mount.mount_path}{':ro' if mount.read_only else ''}")
         if spec.termination_log is not None:
             volumes.append(f"{spec.termination_log}:{spec.termination_message_path}")
-        env = dict(spec.env)
-        host_root = host_root_mount(spec.volume_mounts)
-        if host_root:
-            env.setdefault("NW_REBOOT_COMMAND", reboot_command(host_root))
-            env.setdefault("NW_SYSTEMCTL_COMMAND", systemctl_command(host_root))
+        env = {**simulation_hooks(spec.volume_mounts), **spec.env}
         env["NWB_NODE_ROOTS"] = " ".join(node_roots)
         env_file = scratch / "env"
         env_file.touch(mode=0o600)
