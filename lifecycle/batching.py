@@ -154,6 +154,7 @@ def evaluate_batch(
             "completed_nodes": state.completed_nodes + succeeded,
             "failed_nodes": state.failed_nodes + failed,
             "current_batch": state.current_batch + 1,
+            "picked": "",
             "last_batch_size": size,
         }
     )

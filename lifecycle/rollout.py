@@ -8,7 +8,11 @@ CR, its policy, a snapshot of the nodes and the persisted batch states; it retur
 How a rollout moves (per compartment, see ``lifecycle.compartments`` and ``lifecycle.batching``):
 
 1. The *current batch* of a compartment is the set of nodes whose BatchRecord (annotation
-   ``bridge.nodewright.io/batch-<cr>``) names that compartment and its ``currentBatch`` number.
+   ``bridge.nodewright.io/batch-<cr>``) names that compartment, its ``currentBatch`` number and
+   the moment the batch was picked (``batchState.picked``). Records stay on the Nodes afterwards
+   as history (the batch that last picked the node): releasing them would cost one Node write per
+   node, and a reset batch state (numbers start over) cannot mistake an old record for a member.
+   Only nodes the CR no longer targets lose their record.
 2. While a member still has work and has not failed, the batch runs: its unfinished members are
    ``allowed`` to work, nobody else in the compartment is.
 3. When every member is done (no pending work) or failed (ERRORING and not retrying), the batch
@@ -166,8 +170,7 @@ class RolloutPlan:
         assignment: node -> compartment, for every targeted node.
         allowed: nodes that may do work now, all compartments, by node order.
         records: BatchRecords to write (new picks; unchanged records are not repeated).
-        released: nodes whose BatchRecord must be removed (done and evaluated, no longer
-            targeted, or the rollout is complete).
+        released: nodes no longer targeted whose BatchRecord must be removed.
         orders: node -> NW_NODE_ORDER for every node holding a record after this plan.
         blocked: candidates with untolerated taints (``TaintNotTolerable``).
         ignored: candidates with ``bridge.nodewright.io/ignore=true`` (``NodesIgnored``).
@@ -237,6 +240,15 @@ def _candidate_key(node: NodeView) -> tuple[bool, int, datetime, str]:
     return (node.pdb_exhausted, _STATUS_RANK[node.status], _created_key(node), node.name)
 
 
+def is_member(record: BatchRecord, state: BatchState) -> bool:
+    """The record belongs to the compartment's running batch (not to an earlier one, nor to an
+    earlier rollout whose batch numbers started over)."""
+    return bool(state.picked) and (record.batch, record.picked) == (
+        state.current_batch,
+        state.picked,
+    )
+
+
 def _evaluate(
     pacing: batching.Pacing,
     state: BatchState,
@@ -246,9 +258,7 @@ def _evaluate(
     """Evaluate finished batches, oldest first, until the current one is running or empty."""
     outcomes: list[BatchOutcome] = []
     while not state.should_stop:
-        current = [
-            n for n in recorded if n.record is not None and n.record.batch == state.current_batch
-        ]
+        current = [n for n in recorded if n.record is not None and is_member(n.record, state)]
         if not current or not all(n.done or n.failed for n in current):
             break
         succeeded = tuple(n.name for n in current if n.done)
@@ -342,7 +352,7 @@ def plan_rollout(
 
     def is_current(record: BatchRecord) -> bool:
         state = states.get(record.compartment)
-        return state is not None and record.batch == state.current_batch
+        return state is not None and is_member(record, state)
 
     tolerations = tolerations_for(cr)
     records: dict[str, BatchRecord] = {}
@@ -396,6 +406,7 @@ def plan_rollout(
                 allowed = [n for n in unfinished if n.ready]
         elif candidates and not hold:
             size = batching.next_batch_size(pacing, state, total=len(assigned), ceiling=ceiling)
+            state = state.model_copy(update={"picked": picked_at})
             for node in sorted(candidates, key=_candidate_key)[:size]:
                 order = node.record.order if node.record is not None else order_counter
                 if node.record is None:
@@ -441,11 +452,7 @@ def plan_rollout(
     for node in nodes:
         if node.record is None or node.name in records:
             continue
-        if (
-            node.name not in targeted_names
-            or complete
-            or (node.done and not is_current(node.record))
-        ):
+        if node.name not in targeted_names:
             released.append(node.name)
 
     orders = {n.name: n.record.order for n in nodes if n.record is not None}

@@ -40,6 +40,11 @@ class Condition(WireModel):
 
 class BatchState(WireModel):
     current_batch: int = Field(default=1, description="1-based number of the running batch.")
+    picked: str = Field(
+        default="",
+        description="When the running batch was picked; its members' batch records carry the "
+        "same value (older records are history).",
+    )
     consecutive_failures: int = Field(default=0, description="Failed batches in a row.")
     completed_nodes: int = Field(default=0, description="Checkpoint: nodes done OK.")
     failed_nodes: int = Field(default=0, description="Checkpoint: nodes failed.")

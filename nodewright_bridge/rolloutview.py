@@ -478,7 +478,7 @@ def build_view(
 
 
 def remember_batches(view: RolloutView, memory: dict[str, tuple[str, int]]) -> RolloutView:
-    """Fill in batch numbers seen earlier in a watch (records are released once a node is done).
+    """Fill in batch numbers seen earlier in a watch (a node leaving the selector loses its record).
 
     ``memory`` (node -> (compartment, batch)) is updated with the batches ``view`` shows.
     """

@@ -95,6 +95,13 @@ def load_reconciler_factory(module_name: str) -> ReconcilerFactory:
     show_default=True,
 )
 @click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+    help="debug adds one line per reconcile (nodes, allowed, seconds) and per skipped write.",
+)
+@click.option(
     "--workers",
     type=click.IntRange(1, 32),
     default=2,
@@ -114,11 +121,13 @@ def command(  # noqa: PLR0917 - click passes options positionally
     metrics_addr: str,
     leader_elect: bool,
     log_format: str,
+    log_level: str,
     workers: int,
     reconciler_module: str,
 ) -> None:
     """Run the controller (informers, work queue, leader election, /metrics, /healthz, /readyz)."""
-    logformat.configure(logformat.LogFormat(log_format))
+    level = logging.getLevelNamesMapping()[log_level.upper()]
+    logformat.configure(logformat.LogFormat(log_format), level=level)
     try:
         factory = load_reconciler_factory(reconciler_module)
     except NoReconcilerError as exc:

@@ -27,6 +27,9 @@ Fewer, parallel writes (issue 5: a rollout must stay within 10 % of its batches'
   bounded thread pool (:data:`NODE_CONCURRENCY`), one node's actions always in order on one
   thread; a conflict on one node skips only that node's remaining actions;
 - the vars ConfigMap of a package is created once per ``apply_nodes`` call, not once per pod;
+- pods whose result is recorded (or that must go) are deleted by a small background pool, not
+  by the pass: the Node write that recorded the result came first, and a delete that never
+  happens (the process died) is planned again from the next snapshot, where the pod still is;
 - bookkeeping (nodes that start no pod and take no batch record) is written at most
   :data:`BOOKKEEPING_PER_PASS` nodes per call; the rest is left to the next pass (requeued at
   once), so no pass over thousands of nodes holds up the one that starts the next batch.
@@ -40,7 +43,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import queue
 import re
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -64,6 +70,7 @@ from nodewright_bridge.errors import (
     AlreadyExistsError,
     ConflictError,
     DisruptionBudgetError,
+    LeadershipLostError,
     NotFoundError,
     TooManyRequestsError,
 )
@@ -94,6 +101,11 @@ NODE_CONCURRENCY = 16
 # a 2,048-node batch finishing) would otherwise take tens of seconds of API time, and the pass
 # that notices the batch is done - and starts the next one - would wait for it.
 BOOKKEEPING_PER_PASS = 256
+# A pod we created that the cache has not shown after this long is no longer waited for (a watch
+# normally shows it within milliseconds; a relist may have skipped a pod created and deleted).
+UNSEEN_POD_SECONDS = 30.0
+# Background pod deletes at once (each is one DELETE; the kubelet then stops the containers).
+DELETE_CONCURRENCY = 8
 # When bookkeeping was left for the next pass, that pass comes this soon.
 DEFERRED_RETRY_SECONDS = 0.2
 _BUDGET_NAME = re.compile(r"disruption budget (\S+)", re.IGNORECASE)
@@ -258,6 +270,19 @@ class Executor:
         self._namespace = namespace
         self._metrics = metrics
         self._on_node_written = on_node_written
+        # daemon threads: a stop never waits for them (an unsent delete is planned again)
+        # node -> {pod key: when created} for pods this process created that the pod cache has
+        # not shown yet: the node is not planned again until it has (else it plans the create
+        # again, and a busy API server answers hundreds of needless 409s).
+        self._unseen: dict[str, dict[str, float]] = {}
+        self._unseen_lock = threading.Lock()
+        self._deletes: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._deleting: set[str] = set()
+        self._deleting_lock = threading.Lock()
+        for index in range(DELETE_CONCURRENCY):
+            threading.Thread(
+                target=self._delete_loop, name=f"pod-deletes-{index}", daemon=True
+            ).start()
 
     # -- events ------------------------------------------------------------------------------
 
@@ -416,7 +441,7 @@ class Executor:
         elif isinstance(action, actions.CreateInterruptPod):
             self._create_interrupt_pod(cr, action, config_map_ready=action.package in config_maps)
         elif isinstance(action, actions.DeletePod):
-            self.delete_pod(action.name)
+            self.delete_pod_soon(action.name)
         elif isinstance(action, actions.AddTaint):
             self._add_taint(node, action.key, action.value, action.effect)
         elif isinstance(action, actions.RemoveTaint):
@@ -614,6 +639,9 @@ class Executor:
         pod["metadata"]["namespace"] = self._namespace
         if not self._create(resources.PODS, pod):
             return None
+        with self._unseen_lock:
+            key = f"{self._namespace}/{pod['metadata']['name']}"
+            self._unseen.setdefault(request.node, {})[key] = time.monotonic()
         self._metrics.pods_created.labels(request.cr.metadata.name, kind).inc()
         return pod
 
@@ -661,10 +689,53 @@ class Executor:
             self.event("Node", action.node, "Interrupt", note)
             self.event("NodeWright", cr.metadata.name, "Interrupt", f"{action.node}: {note}", cr=cr)
 
+    def awaiting_pods(self, node: str, seen: Callable[[str], bool]) -> bool:
+        """True while a pod this process created on ``node`` is not in the cache yet (``seen``
+        answers for a ``namespace/name`` key); forgotten after :data:`UNSEEN_POD_SECONDS`."""
+        with self._unseen_lock:
+            pending = self._unseen.get(node)
+            if not pending:
+                return False
+            now = time.monotonic()
+            for key, created in list(pending.items()):
+                if seen(key) or now - created > UNSEEN_POD_SECONDS:
+                    del pending[key]
+            if not pending:
+                del self._unseen[node]
+                return False
+            return True
+
     def delete_pod(self, name: str) -> None:
         self._writer_check()
         with contextlib.suppress(NotFoundError):
             self._rest.delete(resources.PODS, name, namespace=self._namespace)
+
+    def delete_pod_soon(self, name: str) -> None:
+        """Delete on the background pool (once, however often it is asked while in flight)."""
+        self._writer_check()
+        with self._deleting_lock:
+            if name in self._deleting:
+                return
+            self._deleting.add(name)
+        self._deletes.put(name)
+
+    def _delete_loop(self) -> None:
+        while True:
+            name = self._deletes.get()
+            try:
+                self.delete_pod(name)
+            except LeadershipLostError:
+                pass  # the new leader plans this delete again
+            except Exception:  # the next snapshot still shows the pod and plans it again
+                logger.warning("pod delete failed; retried on a later pass", extra={"pod": name})
+            finally:
+                with self._deleting_lock:
+                    self._deleting.discard(name)
+
+    def pending_deletes(self) -> int:
+        """Pod deletes queued or in flight."""
+        with self._deleting_lock:
+            return len(self._deleting)
 
 
 # Actions that act on the world: the node's queued changes are written before any of them.

@@ -23,8 +23,9 @@ One reconcile of CR ``name`` (it never learns which event caused it):
 
 Restart safety comes from the planners' ordering (the node state is written before any pod acts
 on it) plus the executor's conditional Node writes, plus one guard here: a node whose cached
-resourceVersion is older than one this process wrote is skipped until the cache catches up, so a
-decision is never re-made from state we already changed.
+resourceVersion is older than one this process wrote (or with a pod this process created that the
+pod cache does not show yet) is skipped until the cache catches up, so a decision is never re-made
+from state we already changed.
 
 Event mapping (``keys_for``) stays cheap at thousands of nodes: a Node or workload Pod maps to the
 CRs that target the node (label match against a parsed-CR cache); our pods carry their CR as a
@@ -144,9 +145,12 @@ class NodeWrightReconciler:
 
     def _stale(self, node: Mapping[str, Any]) -> bool:
         meta = snapshot.meta_of(node)
+        name = str(meta.get("name", ""))
         with self._lock:
-            written = self._written.get(str(meta.get("name", "")), -1)
-        return written >= 0 and _rv_int(str(meta.get("resourceVersion", ""))) < written
+            written = self._written.get(name, -1)
+        if written >= 0 and _rv_int(str(meta.get("resourceVersion", ""))) < written:
+            return True
+        return self.executor.awaiting_pods(name, self._stores.package_pods.__contains__)
 
     def _parse(self, obj: Mapping[str, Any]) -> NodeWright | snapshot.InvalidCR:
         meta = snapshot.meta_of(obj)

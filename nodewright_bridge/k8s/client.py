@@ -35,7 +35,7 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 30.0
 # One connection per informer watch (5) plus workers, event posting and the elector; urllib3
 # blocks instead of failing when the pool is exhausted, so leave headroom.
-CONNECTION_POOL_SIZE = 32
+CONNECTION_POOL_SIZE = 48
 
 
 @dataclass(frozen=True, slots=True)

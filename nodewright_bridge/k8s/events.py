@@ -10,6 +10,14 @@ namespace, which is where ``kubectl describe node`` looks.
 
 Posting is best effort: an Event that cannot be written is logged and dropped; it never fails a
 reconcile. The de-duplication cache is bounded (LRU of :data:`CACHE_SIZE` entries).
+
+With ``background=True`` (the controller) :meth:`EventRecorder.post` only queues: one sender
+thread posts in order, so Events never hold up the Node and Pod writes of a rollout (a batch of
+500 nodes finishing posts 500 Events), one at a time and at most :data:`BACKGROUND_RATE` per
+second (a burst of :data:`BACKGROUND_BURST`): they trickle out while pods run instead of competing
+with the writes that start the next batch. The queue is bounded
+(:data:`QUEUE_SIZE`); when it is full new Events are dropped and counted (outcome ``dropped``), as
+client-go's broadcaster does. :meth:`EventRecorder.close` posts what is queued, within a deadline.
 """
 
 from __future__ import annotations
@@ -18,8 +26,9 @@ import enum
 import hashlib
 import logging
 import threading
+import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +51,11 @@ CACHE_SIZE = 4096
 CLUSTER_SCOPED_NAMESPACE = "default"
 # The API server limits an Event note to 1 KiB.
 MAX_NOTE = 1024
+# Events waiting for the background sender; beyond this new ones are dropped (and counted).
+QUEUE_SIZE = 8192
+# The background sender's pace: a burst for the few Events of a small change, then a steady rate.
+BACKGROUND_RATE = 25.0
+BACKGROUND_BURST = 50.0
 
 
 class EventType(enum.StrEnum):
@@ -97,6 +111,7 @@ class EventRecorder:
         clock: For ``eventTime`` and the series window.
         instance: ``reportingInstance`` (this replica's identity).
         guard: Called before posting; a replica that is not leading posts nothing.
+        background: Queue Events for one sender thread instead of posting in the caller.
     """
 
     def __init__(
@@ -107,6 +122,7 @@ class EventRecorder:
         instance: str,
         metrics: Metrics | None = None,
         guard: Callable[[], bool] | None = None,
+        background: bool = False,
     ) -> None:
         self._rest = rest
         self._clock = clock
@@ -115,6 +131,11 @@ class EventRecorder:
         self._guard = guard
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, _Series] = OrderedDict()
+        self._background = background
+        self._queue: deque[tuple[ObjectRef, EventType, str, str, str]] = deque()
+        self._ready = threading.Condition()
+        self._closing = False
+        self._sender: threading.Thread | None = None
 
     def normal(self, regarding: ObjectRef, reason: str, note: str, *, action: str = "") -> None:
         self.post(regarding, EventType.NORMAL, reason, note, action=action)
@@ -136,6 +157,61 @@ class EventRecorder:
             return
         note = note if len(note) <= MAX_NOTE else note[: MAX_NOTE - 1] + "…"
         action = action or reason
+        if not self._background:
+            self._post_now(regarding, type_, reason, note, action)
+            return
+        with self._ready:
+            if self._closing or len(self._queue) >= QUEUE_SIZE:
+                self._count("dropped", type_)
+                return
+            self._queue.append((regarding, type_, reason, note, action))
+            if self._sender is None:
+                self._sender = threading.Thread(
+                    target=self._send_queued, name="events", daemon=True
+                )
+                self._sender.start()
+            self._ready.notify()
+
+    def close(self, timeout: float) -> None:
+        """Stop queueing; post what is queued for at most ``timeout`` seconds, drop the rest."""
+        with self._ready:
+            self._closing = True
+            sender = self._sender
+            self._ready.notify()
+        if sender is not None:
+            sender.join(timeout)
+        with self._ready:
+            left = len(self._queue)
+            self._queue.clear()
+        if left:
+            logger.warning("events not posted at shutdown", extra={"count": left})
+
+    def pending(self) -> int:
+        """Events queued and not yet posted."""
+        with self._ready:
+            return len(self._queue)
+
+    def _send_queued(self) -> None:
+        tokens, last = BACKGROUND_BURST, time.monotonic()
+        while True:
+            with self._ready:
+                while not self._queue and not self._closing:
+                    self._ready.wait()
+                if not self._queue:
+                    return
+                regarding, type_, reason, note, action = self._queue.popleft()
+            now = time.monotonic()
+            tokens = min(BACKGROUND_BURST, tokens + (now - last) * BACKGROUND_RATE)
+            last = now
+            if tokens < 1.0 and not self._closing:
+                time.sleep((1.0 - tokens) / BACKGROUND_RATE)
+                tokens, last = 1.0, time.monotonic()
+            tokens -= 1.0
+            self._post_now(regarding, type_, reason, note, action)
+
+    def _post_now(
+        self, regarding: ObjectRef, type_: EventType, reason: str, note: str, action: str
+    ) -> None:
         key = _dedup_key(regarding, type_, reason, action, note)
         now_mono = self._clock.monotonic()
         with self._lock:

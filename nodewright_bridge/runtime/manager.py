@@ -44,6 +44,8 @@ DEFAULT_WORKERS = 2
 SYNC_TIMEOUT = 120.0
 # How long a graceful stop waits for the current reconciles to finish.
 DRAIN_TIMEOUT = 30.0
+# Queued Events are posted for at most this long at a graceful stop.
+EVENT_FLUSH_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -163,8 +165,14 @@ class Manager:
         guard = self.is_leader
         writer = Writer(rest, guard=guard)
         events = EventRecorder(
-            rest, clock=clock, instance=settings.identity, metrics=metrics, guard=guard
+            rest,
+            clock=clock,
+            instance=settings.identity,
+            metrics=metrics,
+            guard=guard,
+            background=True,
         )
+        self.events = events
         self.context = ReconcilerContext(
             rest=rest,
             writer=writer,
@@ -269,6 +277,8 @@ class Manager:
             workers = list(self._workers)
         for worker in workers:
             worker.join(DRAIN_TIMEOUT)
+        # Events the workers queued; none after losing the lease (a new leader speaks now).
+        self.events.close(0.0 if self._lost.is_set() else EVENT_FLUSH_SECONDS)
         if self.elector is not None:
             self.elector.stop(release=True)
         self.informers.stop()

@@ -5,7 +5,12 @@ One package whose pods take 10 s (simulate mode), an exponential policy. Prints:
   i.e. (number of batches the offline planner predicts) x (pod duration);
 - API requests per node (the controller's own request counter, scraped from its /metrics);
 - the controller's peak RSS and CPU seconds (``/usr/bin/time -v`` around ``nwb controller``);
-- the CR status size in bytes (compact JSON).
+- the CR status size in bytes (compact JSON);
+- reconciles and the time they took (the controller's own histogram);
+- a per-batch timeline from the simulated kubelet's side: when each batch's first and last pod
+  started (the spread is API throughput: every start is a Node write, a Pod create and the
+  kubelet's status write) and the gap between a batch's last pod ending and the next batch's
+  first pod starting (noticing, planning and writing).
 Targets (issue 5): within 10 % of the floor, under 150 MB RSS, CR status under 20 KB.
 
 Run: ``.venv/bin/python tests/bench/bench_rollout_1000.py [--nodes 1000] [--seconds 10]``.
@@ -58,12 +63,35 @@ class TimedRunner(SimulateRunner):
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
+        self.starts: list[float] = []  # time.monotonic() of every package pod start
 
     def start(self, node: SimNode, spec: ContainerSpec) -> SimulatedContainer:
         if spec.is_package_pod and DURATION_ANNOTATION not in spec.pod_annotations:
             notes = {**spec.pod_annotations, DURATION_ANNOTATION: f"{self.seconds:g}s"}
             spec = replace(spec, pod_annotations=notes)
+        if spec.is_package_pod:
+            self.starts.append(time.monotonic())
         return super().start(node, spec)
+
+
+def timeline(starts: list[float], sizes: list[int], seconds: float, origin: float) -> list[str]:
+    """One line per predicted batch: start spread and the gap after the previous batch ended."""
+    lines = []
+    ordered = sorted(starts)
+    previous_end: float | None = None
+    at = 0
+    for number, size in enumerate(sizes, 1):
+        chunk = ordered[at : at + size]
+        at += size
+        if not chunk:
+            break
+        gap = f"{chunk[0] - previous_end:5.2f}s" if previous_end is not None else "    -"
+        lines.append(
+            f"    batch {number:2d} {len(chunk):5d} pods: first start t={chunk[0] - origin:6.2f}s,"
+            f" spread {chunk[-1] - chunk[0]:5.2f}s, gap after previous batch {gap}"
+        )
+        previous_end = chunk[-1] + seconds
+    return lines
 
 
 def policy_body(budget_percent: int) -> dict[str, object]:
@@ -119,6 +147,15 @@ def scrape(port: int) -> str:
         return str(resp.read().decode())
 
 
+def sample(metrics_text: str, name: str) -> float:
+    """Sum of every sample of metric ``name`` (all label sets)."""
+    total = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def requests_by_kind(metrics_text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     pattern = re.compile(r"^nwb_api_requests_total\{([^}]*)\} ([0-9.e+]+)$")
@@ -168,15 +205,16 @@ def parse_time_v(text: str) -> dict[str, float]:
     return out
 
 
-def run(nodes: int, seconds: float, budget: int, timeout: float) -> None:
+def run(nodes: int, seconds: float, budget: int, timeout: float, log_level: str) -> None:
     work = Path(tempfile.mkdtemp(prefix="nwb-bench-rollout-"))
     print(f"sandbox: {nodes} simulate-mode nodes, package pods take {seconds:g}s; state {work}")
     began = time.monotonic()
+    runner = TimedRunner(seconds)
     box = Sandbox(
         work / "sandbox",
         nodes=nodes,
         labels=FLEET_LABEL,
-        runner=TimedRunner(seconds),
+        runner=runner,
         heartbeat_seconds=120.0,
     )
     box.start()
@@ -208,6 +246,8 @@ def run(nodes: int, seconds: float, budget: int, timeout: float) -> None:
             f"127.0.0.1:{port}",
             "--log-format",
             "json",
+            "--log-level",
+            log_level,
             "--no-leader-elect",
         ]
         with log.open("wb") as out:
@@ -232,9 +272,12 @@ def run(nodes: int, seconds: float, budget: int, timeout: float) -> None:
                 break
             if controller.poll() is not None:
                 raise RuntimeError(f"the controller exited ({controller.returncode}); see {log}")
-            time.sleep(1.0)
+            time.sleep(0.25)
         total = time.monotonic() - created
-        counts = requests_by_kind(scrape(port))
+        final = scrape(port)
+        counts = requests_by_kind(final)
+        reconciles = sample(final, "nwb_reconcile_duration_seconds_count")
+        reconcile_seconds = sample(final, "nwb_reconcile_duration_seconds_sum")
         status_bytes = len(json.dumps(cr.get("status") or {}, separators=(",", ":")))
     finally:
         if controller is not None and controller.poll() is None:
@@ -266,6 +309,13 @@ def run(nodes: int, seconds: float, budget: int, timeout: float) -> None:
         cpu = usage.get("user_s", 0) + usage.get("sys_s", 0)
         print(f"controller CPU             {cpu:.1f}s (user {usage.get('user_s', 0):.1f}s)")
     print(f"CR status size             {status_bytes} bytes")
+    print(f"reconciles                 {reconciles:.0f}, {reconcile_seconds:.1f}s in all")
+    print("timeline (simulated kubelet; pods run exactly their duration)")
+    for line in timeline(runner.starts, batches, seconds, created):
+        print(line)
+    if runner.starts:
+        tail = total - (max(runner.starts) + seconds - created)
+        print(f"    last pod ended -> CR Ready: {tail:.2f}s (the bench polls every 0.25 s)")
 
 
 def main() -> None:
@@ -274,8 +324,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="package pod duration")
     parser.add_argument("--budget", type=int, default=100, help="policy budget percent")
     parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--log-level", default="info", help="the controller's (its log is kept)")
     args = parser.parse_args()
-    run(args.nodes, args.seconds, args.budget, args.timeout)
+    run(args.nodes, args.seconds, args.budget, args.timeout, args.log_level)
 
 
 if __name__ == "__main__":

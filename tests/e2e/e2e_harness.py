@@ -86,6 +86,7 @@ class DispatchRunner:
     """Exec mode for images of ``EXEC_REGISTRY``, simulate mode for the rest."""
 
     materializes = True
+    starts_at_once = False
 
     def __init__(self, image_map: dict[str, Path]) -> None:
         self.exec = ExecRunner(image_map)

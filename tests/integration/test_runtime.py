@@ -352,15 +352,20 @@ def test_a_writer_whose_guard_says_not_leader_refuses_to_write(kube: Kube, rest:
     assert not rest.get(resources.CONFIG_MAPS, "cm", namespace=ns).get("data")
 
 
-def test_repeated_events_are_aggregated_into_one_event_with_a_count(
-    kube: Kube, rest: Rest, metrics: Metrics
-) -> None:
-    ns = kube.namespace("ev")
+def event_subject(kube: Kube, rest: Rest, prefix: str) -> tuple[str, ObjectRef]:
+    """A fresh namespace and a ConfigMap in it for Events to be about."""
+    ns = kube.namespace(prefix)
     cm = rest.create(resources.CONFIG_MAPS, configmap("cm"), namespace=ns)
     cm.setdefault("apiVersion", "v1")
     cm.setdefault("kind", "ConfigMap")
+    return ns, ObjectRef.of(cm)
+
+
+def test_repeated_events_are_aggregated_into_one_event_with_a_count(
+    kube: Kube, rest: Rest, metrics: Metrics
+) -> None:
+    ns, ref = event_subject(kube, rest, "ev")
     recorder = EventRecorder(rest, clock=SystemClock(), instance="test", metrics=metrics)
-    ref = ObjectRef.of(cm)
     for _ in range(3):
         recorder.warning(ref, "PDBBlocked", "PodDisruptionBudget web blocks the drain")
     recorder.normal(ref, "Cordoned", "node cordoned")
@@ -374,6 +379,27 @@ def test_repeated_events_are_aggregated_into_one_event_with_a_count(
     assert "series" not in by_reason["Cordoned"]
     sample = metrics.registry.get_sample_value
     assert sample("nwb_events_total", {"type": "Warning", "outcome": "repeat"}) == 2
+
+
+def test_background_events_are_posted_in_order_off_the_caller_and_flushed_at_close(
+    kube: Kube, rest: Rest, metrics: Metrics
+) -> None:
+    ns, ref = event_subject(kube, rest, "evbg")
+    recorder = EventRecorder(
+        rest, clock=SystemClock(), instance="test", metrics=metrics, background=True
+    )
+    for index in range(20):
+        recorder.normal(ref, "Step", f"step {index:02d}")
+    recorder.close(30.0)
+    assert recorder.pending() == 0
+    events = rest.list(resources.EVENTS, namespace=ns)["items"]
+    notes = sorted((e["eventTime"], e["note"]) for e in events)
+    assert [n for _, n in notes] == [f"step {i:02d}" for i in range(20)]
+    # closed: later Events are dropped and counted, never posted
+    recorder.normal(ref, "Late", "after close")
+    assert {e["reason"] for e in rest.list(resources.EVENTS, namespace=ns)["items"]} == {"Step"}
+    sample = metrics.registry.get_sample_value
+    assert sample("nwb_events_total", {"type": "Normal", "outcome": "dropped"}) == 1
 
 
 class KeyRecorder:

@@ -48,6 +48,7 @@ class Finished:
 @dataclass
 class RecordingRunner:
     materializes: bool = True
+    starts_at_once: bool = False
     specs: list[ContainerSpec] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)

@@ -103,6 +103,7 @@ class ExecRunner:
     """Runs package pods' commands from this repo's venv on isolated node roots."""
 
     materializes = True
+    starts_at_once = False
 
     def __init__(
         self,

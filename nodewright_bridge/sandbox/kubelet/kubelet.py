@@ -4,7 +4,9 @@ Threads (no per-node or per-pod threads, so a thousand nodes stay cheap):
 - the *watch* thread lists and then watches all pods bound to any node (``spec.nodeName!=``) and
   keeps those on our nodes;
 - the *loop* thread (every ``TICK_SECONDS``) polls running containers (``poll()`` never blocks),
-  sends due node heartbeats, checks reboot-request files and finishes reboots;
+  sends due node heartbeats, checks reboot-request files and finishes reboots; a simulated
+  container that ends at a known moment is also looked at exactly then (as a runtime's exit
+  event would report it), so a scale run's pods take their stated duration, not up to a tick more;
 - a worker pool runs the blocking work: node registration, status patches, container start and
   kill, deletions. Work for one pod is serialized by ``SyncQueue`` (latest state wins).
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import heapq
 import logging
 import shutil
 import threading
@@ -37,6 +40,7 @@ from nodewright_bridge.sandbox.kubelet.runners import (
     ContainerSpec,
     ContainerStartError,
     RunningContainer,
+    SimulatedContainer,
     SimulateRunner,
     is_package_pod,
 )
@@ -188,6 +192,8 @@ class Kubelet:
         self._queue = SyncQueue(self._pool, self._sync)
         self._lock = threading.RLock()
         self._stop = threading.Event()
+        # (moment, pod uid) when a simulated container ends; the loop kicks the pod then.
+        self._ends: list[tuple[float, str]] = []
         self._threads: list[threading.Thread] = []
         self._next_heartbeat: dict[str, float] = {}
         self._reboots_requested: set[str] = set()
@@ -485,9 +491,10 @@ class Kubelet:
 
     def _tick_loop(self) -> None:
         last_file_check = 0.0
-        while not self._stop.wait(TICK_SECONDS):
+        while not self._stop.wait(self._next_wait()):
             try:
                 now = time.monotonic()
+                self._kick_ended(now)
                 self._poll_containers(now)
                 self._heartbeats(now)
                 if now - last_file_check >= 1.0:
@@ -497,6 +504,21 @@ class Kubelet:
                 self._finish_reboots(now)
             except Exception:
                 log.exception("kubelet loop iteration failed")
+
+    def _next_wait(self) -> float:
+        with self._lock:
+            first = self._ends[0][0] if self._ends else None
+        if first is None:
+            return TICK_SECONDS
+        return min(TICK_SECONDS, max(first - time.monotonic(), 0.0))
+
+    def _kick_ended(self, now: float) -> None:
+        with self._lock:
+            due = []
+            while self._ends and self._ends[0][0] <= now:
+                due.append(heapq.heappop(self._ends)[1])
+        for uid in due:
+            self._queue.kick(uid)
 
     def _poll_containers(self, now: float) -> None:
         with self._lock:
@@ -610,7 +632,8 @@ class Kubelet:
             )
             for c in spec.get("containers") or []
         ]
-        self._send_status(worker)
+        if not self.runner_for(worker.pod).starts_at_once:
+            self._send_status(worker)  # ContainerCreating while a real start takes its time
 
     def _restart_policy(self, worker: PodWorker) -> str:
         return str(worker.pod["spec"].get("restartPolicy", "Always"))
@@ -712,6 +735,9 @@ class Kubelet:
             runner = self.runner_for(worker.pod)
             spec = self._container_spec(worker, container, runner)
             container.handle = runner.start(worker.node, spec)
+            if isinstance(container.handle, SimulatedContainer) and container.handle.deadline:
+                with self._lock:
+                    heapq.heappush(self._ends, (container.handle.deadline, worker.uid))
             container.started_at = now_rfc3339()
             container.pull_due = 0.0
             container.waiting_message = ""

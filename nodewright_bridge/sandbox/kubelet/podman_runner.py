@@ -129,6 +129,7 @@ class PodmanRunner:
     """Runs pods' real images with podman on the simulated nodes' roots."""
 
     materializes = True
+    starts_at_once = False
 
     def __init__(
         self, *, roots: NodeRoots | None = None, tls_verify: bool = False, pull: str = "always"

@@ -276,34 +276,70 @@ def test_batch_membership_is_stable_across_calls_and_restarts() -> None:
     again = plan(LEGACY_2, None, nodes, states)
     assert again.allowed == ("n00", "n01")
     assert again.records == {}
-    # A "restarted controller" with the status write lost replays from the node records alone.
-    assert plan(LEGACY_2, None, nodes, {}).allowed == ("n00", "n01")
+
+
+def test_a_lost_batch_state_restarts_pacing_with_the_nodes_in_flight_first() -> None:
+    """Records only count with the batch state that picked them; with the state gone (a wiped
+    status) the next batch is picked afresh and nodes with work in flight go first."""
+    nodes = fleet(6)
+    first = plan(LEGACY_2, None, nodes)
+    nodes = [
+        replace(n, status=Status.IN_PROGRESS) if n.name in first.allowed else n
+        for n in apply(nodes, first)
+    ]
+    again = plan(LEGACY_2, None, nodes, {})
+    assert again.allowed == ("n00", "n01")
+    assert set(again.records) == {"n00", "n01"}
+    assert again.orders == first.orders  # NW_NODE_ORDER survives
+
+
+def test_records_of_an_earlier_rollout_are_history_not_members() -> None:
+    """After resetBatchStateOnCompletion numbers start over; old batch-1 records must not pass
+    for the new batch 1 (its size comes from the strategy, not from the old membership)."""
+    cr = make_cr(interruptionBudget={"count": 1})
+    nodes = fleet(3)
+    states: dict[str, BatchState] = {}
+    for _ in range(3):
+        result = plan(cr, None, nodes, states)
+        nodes = finish(apply(nodes, result), set(result.allowed))
+        states = result.batch_states
+    assert all(n.record is not None for n in nodes)  # kept as history, no release write
+    reopened = [replace(n, status=Status.WAITING, has_pending_work=True) for n in nodes]
+    fresh = plan(cr, None, reopened, {})
+    assert len(fresh.allowed) == 1
+    assert fresh.compartments[DEFAULT_COMPARTMENT].started
+
+
+def started(count: int, cr: NodeWright = LEGACY_2) -> tuple[list[NodeView], dict[str, BatchState]]:
+    """A fleet whose first batch was just picked, with the batch state that picked it."""
+    first = plan(cr, None, fleet(count))
+    return apply(fleet(count), first), first.batch_states
 
 
 def test_nobody_else_starts_while_a_member_still_works() -> None:
-    nodes = apply(fleet(6), plan(LEGACY_2, None, fleet(6)))
+    nodes, states = started(6)
     nodes = finish(nodes, {"n00"})
-    result = plan(LEGACY_2, None, nodes)
+    result = plan(LEGACY_2, None, nodes, states)
     assert result.allowed == ("n01",)
     assert result.records == {}
 
 
 def test_a_finished_batch_is_evaluated_and_the_next_one_starts_in_the_same_call() -> None:
-    nodes = apply(fleet(6), plan(LEGACY_2, None, fleet(6)))
+    nodes, states = started(6)
     nodes = finish(nodes, {"n00", "n01"})
-    result = plan(LEGACY_2, None, nodes)
+    result = plan(LEGACY_2, None, nodes, states)
     assert result.allowed == ("n02", "n03")
     cplan = result.compartments[DEFAULT_COMPARTMENT]
     assert cplan.started
     assert [o.batch for o in cplan.evaluated] == [1]
     assert result.batch_states[DEFAULT_COMPARTMENT].current_batch == 2
-    assert set(result.released) == {"n00", "n01"}
+    assert result.released == ()  # finished members keep their records: no extra Node write
 
 
 def test_a_failed_node_ends_its_slot_and_is_not_picked_again() -> None:
-    nodes = apply(fleet(4), plan(LEGACY_2, None, fleet(4)))
+    nodes, states = started(4)
     nodes = finish(finish(nodes, {"n00"}), {"n01"}, fail=True)
-    result = plan(LEGACY_2, None, nodes)
+    result = plan(LEGACY_2, None, nodes, states)
     assert result.allowed == ("n02", "n03")
     outcome = result.compartments[DEFAULT_COMPARTMENT].evaluated[0]
     assert (outcome.succeeded, outcome.failed) == (("n00",), ("n01",))
@@ -315,12 +351,12 @@ def test_a_failed_node_ends_its_slot_and_is_not_picked_again() -> None:
 
 
 def test_a_retrying_node_keeps_its_slot() -> None:
-    nodes = apply(fleet(4), plan(LEGACY_2, None, fleet(4)))
+    nodes, states = started(4)
     nodes = finish(nodes, {"n00"})
     nodes = [
         replace(n, status=Status.ERRORING, retrying=True) if n.name == "n01" else n for n in nodes
     ]
-    assert plan(LEGACY_2, None, nodes).allowed == ("n01",)
+    assert plan(LEGACY_2, None, nodes, states).allowed == ("n01",)
 
 
 def test_candidates_are_picked_by_status_then_age_then_name() -> None:
@@ -387,15 +423,15 @@ def test_node_order_is_assigned_at_first_pick_and_never_reused() -> None:
     assert first.next_node_order == 9
     nodes = finish(apply(nodes, first), {"n00", "n01"})
     second = plan(LEGACY_2, None, nodes, first.batch_states, next_node_order=first.next_node_order)
-    assert second.orders == {"n02": 9, "n03": 10}
-    assert {n.record.order for n in apply(nodes, second) if n.record} == {9, 10}
+    assert second.orders == {"n00": 7, "n01": 8, "n02": 9, "n03": 10}
+    assert {n.record.order for n in apply(nodes, second) if n.record} == {7, 8, 9, 10}
 
 
 def test_a_repicked_node_keeps_its_order() -> None:
     """A failed node whose work is re-opened (spec change) keeps NW_NODE_ORDER for the rollout."""
-    nodes = apply(fleet(3), plan(LEGACY_2, None, fleet(3)))
+    nodes, states = started(3)
     nodes = finish(finish(nodes, {"n00"}), {"n01"}, fail=True)
-    result = plan(LEGACY_2, None, nodes)
+    result = plan(LEGACY_2, None, nodes, states)
     nodes = finish(apply(nodes, result), {"n02"})
     nodes = [replace(n, status=Status.UNKNOWN) if n.name == "n01" else n for n in nodes]
     again = plan(LEGACY_2, None, nodes, result.batch_states)
