@@ -617,11 +617,16 @@ class NodeWrightReconciler:
         ]
         for pod in live:
             self.executor.delete_pod(str(snapshot.meta_of(pod).get("name")))
-        runtime_required = isinstance(parsed, NodeWright) and parsed.spec.runtime_required
         others = [c for c in self._all_crs() if c.metadata.name != name]
         for node in self._stores.nodes.values():
-            keep = _taint_kept_by(name, snapshot.labels_of(node), others)
-            self._clean_node(name, node, remove_taint=runtime_required and not keep)
+            # The taint goes only from nodes this CR works on, and not while another CR needs it.
+            remove_taint = (
+                cr is not None
+                and cr.spec.runtime_required
+                and (_tracked(name, node) or snapshot.targets(cr, node))
+                and not _taint_kept_by(name, snapshot.labels_of(node), others)
+            )
+            self._clean_node(name, node, remove_taint=remove_taint)
         self._writer.remove_finalizer(resources.NODEWRIGHTS, name, FINALIZER)
         self._metrics.forget_cr(name, list(old.compartments), [s.value for s in Status])
         with self._lock:
@@ -688,12 +693,7 @@ class NodeWrightReconciler:
         CR's state, status and batch keys go. Targeted again later, the node starts afresh.
         """
         name = cr.metadata.name
-        notes = snapshot.annotations_of(node)
-        cordon = snapshot.parse_cordon(notes.get(CORDON_ANNOTATION))
-        keys = {state_annotation(name), status_key(name), batch_annotation(name)}
-        if not (keys & set(notes) or status_key(name) in snapshot.labels_of(node)) and not (
-            cordon is not None and name in cordon.holders
-        ):
+        if not _tracked(name, node):
             return False
         node_name = str(snapshot.meta_of(node).get("name", ""))
         waiting = False
@@ -784,6 +784,18 @@ def _pod_limit(cr: NodeWright, pod: stages.PodObservation) -> timedelta:
         return durations.parse_duration(text)
     except ValueError:
         return timedelta(minutes=30)
+
+
+def _tracked(cr: str, node: Mapping[str, Any]) -> bool:
+    """The node carries a key or cordon hold of CR ``cr``: it is ours to clean up."""
+    notes = snapshot.annotations_of(node)
+    cordon = snapshot.parse_cordon(notes.get(CORDON_ANNOTATION))
+    keys = {state_annotation(cr), status_key(cr), batch_annotation(cr)}
+    return bool(
+        keys & set(notes)
+        or status_key(cr) in snapshot.labels_of(node)
+        or (cordon is not None and cr in cordon.holders)
+    )
 
 
 def _taint_kept_by(cr: str, labels: Mapping[str, str], crs: Iterable[NodeWright]) -> bool:

@@ -247,3 +247,11 @@ def test_a_node_leaving_a_runtime_required_cr_loses_the_taint_unless_another_sti
     wait_for(lambda: TAINT not in taint_keys(world, alone), what="taint removed on release")
     assert TAINT in taint_keys(world, shared), "removed although another CR still needs it"
     assert TAINT in taint_keys(world, bystander), "removed from a node the CR never tracked"
+
+    # Deleting the CR that kept it frees its node too, but never a node it did not work on.
+    world.custom.delete_cluster_custom_object(
+        "bridge.nodewright.io", "v1alpha1", "nodewrights", holder
+    )
+    wait_for(lambda: world.cr_gone(holder), what="holder deleted")
+    assert TAINT not in taint_keys(world, shared), "taint left behind by the deleted CR"
+    assert TAINT in taint_keys(world, bystander), "deletion removed a taint it never owned"
