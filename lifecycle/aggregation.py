@@ -28,7 +28,8 @@ of an erroring node), ``Stalled`` (a compartment stopped on failureThreshold), `
 ``PolicyNotFound``, ``TaintNotTolerable``, ``NodesIgnored``, ``NodeStateMalformed`` only while
 some node's state annotation cannot be parsed, and ``DeletionBlocked`` only while the CR is being
 deleted with uninstall work pending (True while paused or disabled, naming the nodes; reference
-§2.9).
+§2.9) or while some node's state annotation of the CR does not parse (``MalformedNodeState``,
+``deletion_blocked_by_malformed_state``).
 
 ``lastTransitionTime`` of a condition moves only when its ``status`` flips, so aggregating the same
 inputs twice gives the same status (the controller skips writes that change nothing).
@@ -40,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from lifecycle.nodestate import state_annotation
 from lifecycle.rollout import RolloutPlan
 from lifecycle.spec import NodeWright
 from lifecycle.stages import NodeFailure, rfc3339
@@ -61,6 +63,8 @@ FAILURE_MESSAGE_MAX = 256
 DRAIN_DETAIL_MAX = 1000
 # InvalidSpec shows this many problems; `nwb plan` prints them all.
 PROBLEMS_MAX = 5
+# DeletionBlocked/MalformedNodeState names this many nodes, as NodeWright's parse-error message.
+MALFORMED_NAMES_MAX = 5
 
 READY_REASONS: Mapping[Status, str] = {
     Status.COMPLETE: "NodesConverged",
@@ -266,6 +270,36 @@ def invalid_status(
             "status": Status.BLOCKED,
             "conditions": settled + kept,
         }
+    )
+
+
+def deletion_blocked_by_malformed_state(
+    previous: NodeWrightStatus,
+    *,
+    cr: str,
+    generation: int,
+    malformed: Mapping[str, str],
+    now: datetime,
+) -> NodeWrightStatus:
+    """Status of a CR whose deletion waits because state annotations do not parse (§2.9).
+
+    Cleaning up now would drop the finalizer without knowing what those nodes still run, so
+    deletion stops until the annotation is fixed or removed; the message says where. The other
+    conditions stay as they were.
+    """
+    names = sorted(malformed)
+    first = names[0]
+    key = state_annotation(cr)
+    message = (
+        f"deletion waits: annotation {key} does not parse on {len(names)} node(s) "
+        f"({first}: {_clip(malformed[first])}); fix or remove annotation {key} on node "
+        f"{_list(names, MALFORMED_NAMES_MAX)} and deletion continues"
+    )
+    blocked = _cond("DeletionBlocked", True, "MalformedNodeState", message)
+    settled = _settle_all([blocked], previous, now, generation)
+    kept = [c for c in previous.conditions if c.type != "DeletionBlocked"]
+    return previous.model_copy(
+        update={"observed_generation": generation, "conditions": [*kept, *settled]}
     )
 
 
@@ -484,7 +518,7 @@ def _node_state_malformed(malformed: Mapping[str, str]) -> Condition:
     return _cond("NodeStateMalformed", True, "ParseError", message)
 
 
-def _list(names: Sequence[str]) -> str:
-    shown = sorted(names)[:NAMES_MAX]
+def _list(names: Sequence[str], limit: int = NAMES_MAX) -> str:
+    shown = sorted(names)[:limit]
     more = len(names) - len(shown)
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")

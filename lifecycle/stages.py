@@ -41,6 +41,8 @@ Where we differ from NodeWright (ARCHITECTURE.md §5 "beyond"):
   other package pod running.
 - Interrupts of every package due on the node at the same time merge into one pod (one reboot
   for the lot); packages still on their way to the interrupt are waited for.
+- A disabled CR still observes its pods in flight, as a paused one does: results and failures
+  are recorded, nothing new starts (NodeWright skips a disabled CR's nodes entirely).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
@@ -306,15 +308,28 @@ class _Work:
 
 def plan_node(inp: NodeInput) -> NodePlan:
     """Plan the next step of one node for one CR (see the module docstring for the rules)."""
-    work = _Work(inp=inp, state=dict(inp.state))
     if inp.disabled:
-        return _finish(work, Status.DISABLED, "CR is disabled")
+        return _plan_disabled(inp)
+    work = _Work(inp=inp, state=dict(inp.state))
     _observe_pods(work)
     _drive_interrupts(work)
     _drive_packages(work)
     _release_cordon(work)
     status, reason = _node_status(work)
     return _finish(work, status, reason)
+
+
+def _plan_disabled(inp: NodeInput) -> NodePlan:
+    """Disabled: pods in flight are still observed, as under pause (reference §6.2).
+
+    Their results and failures are recorded and deadlines kept, so re-enabling never finds a
+    stale entry; nothing new starts (no pod, stage, cordon, drain or retry) and the cordon we hold
+    stays, as NodeWright's disable leaves it.
+    """
+    work = _Work(inp=replace(inp, paused=True), state=dict(inp.state))
+    _observe_pods(work)
+    _drive_interrupts(work)
+    return _finish(work, Status.DISABLED, "CR is disabled")
 
 
 def _finish(work: _Work, status: Status, reason: str) -> NodePlan:

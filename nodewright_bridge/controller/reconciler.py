@@ -4,8 +4,9 @@ One reconcile of CR ``name`` (it never learns which event caused it):
 
 1. Read the CR from the cache. Invalid -> ``InvalidSpec`` (the first five field-path problems), no
    requeue (the next edit triggers a new reconcile). Being deleted -> uninstall where enabled
-   (``DeletionBlocked`` while paused or disabled stops that), then remove everything we own from
-   the Nodes and drop the finalizer. Else ensure the finalizer.
+   (``DeletionBlocked`` while paused or disabled stops that, and so does any node whose state
+   annotation of the CR does not parse), then remove everything we own from the Nodes and drop
+   the finalizer. Else ensure the finalizer.
 2. Snapshot the targeted nodes (``snapshot``), probe each with the stage planner *without*
    permission to start new work to learn its status and whether it has work left, and hand the
    resulting ``NodeView``s to ``lifecycle.rollout.plan_rollout``. A node no longer targeted that
@@ -533,15 +534,8 @@ class NodeWrightReconciler:
         if not cr.spec.runtime_required or node_plan.status is not Status.COMPLETE:
             return ()
         taint = next((t for t in snap.taints if t.key == RUNTIME_REQUIRED_TAINT_KEY), None)
-        if taint is None:
+        if taint is None or _taint_kept_by(cr.metadata.name, snap.labels, crs):
             return ()
-        for other in crs:
-            if other.metadata.name == cr.metadata.name or not other.spec.runtime_required:
-                continue
-            if not selectors.matches(other.spec.node_selectors, snap.labels):
-                continue
-            if snap.labels.get(status_key(other.metadata.name)) != Status.COMPLETE.value:
-                return ()
         return (RemoveTaint(node=snap.name, key=taint.key, effect=taint.effect.value),)
 
     def _write_batch_states(
@@ -607,6 +601,14 @@ class NodeWrightReconciler:
     ) -> Result:
         if not has_finalizer(obj, FINALIZER):
             return Result()
+        cr = parsed if isinstance(parsed, NodeWright) else None
+        malformed = self._malformed_states(name)
+        if malformed:
+            generation = int(snapshot.meta_of(obj).get("generation") or 0)
+            self._block_deletion(
+                name, cr=cr, old=old, generation=generation, malformed=malformed, now=now
+            )
+            return Result(requeue_after=POLL_SECONDS)  # a fix on an untargeted node maps to no CR
         if isinstance(parsed, NodeWright):
             variant = _uninstall_variant(parsed)
             pending = self._uninstall_pending(variant) if variant is not None else []
@@ -619,9 +621,16 @@ class NodeWrightReconciler:
         ]
         for pod in live:
             self.executor.delete_pod(str(snapshot.meta_of(pod).get("name")))
-        runtime_required = isinstance(parsed, NodeWright) and parsed.spec.runtime_required
+        others = [c for c in self._all_crs() if c.metadata.name != name]
         for node in self._stores.nodes.values():
-            self._clean_node(name, node, remove_taint=runtime_required)
+            # The taint goes only from nodes this CR works on, and not while another CR needs it.
+            remove_taint = (
+                cr is not None
+                and cr.spec.runtime_required
+                and (_tracked(name, node) or snapshot.targets(cr, node))
+                and not _taint_kept_by(name, snapshot.labels_of(node), others)
+            )
+            self._clean_node(name, node, remove_taint=remove_taint)
         self._writer.remove_finalizer(resources.NODEWRIGHTS, name, FINALIZER)
         self._metrics.forget_cr(name, list(old.compartments), [s.value for s in Status])
         with self._lock:
@@ -630,6 +639,40 @@ class NodeWrightReconciler:
         self._quiet.forget(name)
         logger.info("cleaned up after deleted NodeWright", extra={"cr": name})
         return Result()
+
+    def _malformed_states(self, name: str) -> dict[str, str]:
+        """Nodes whose state annotation of CR ``name`` does not parse, with the parse error."""
+        key = state_annotation(name)
+        out: dict[str, str] = {}
+        for node in self._stores.nodes.values():
+            text = snapshot.annotations_of(node).get(key)
+            try:
+                snapshot.parse_state(text)
+            except ValueError as exc:
+                out[str(snapshot.meta_of(node).get("name", ""))] = str(exc) or "does not parse"
+        return out
+
+    def _block_deletion(
+        self,
+        name: str,
+        *,
+        cr: NodeWright | None,
+        old: NodeWrightStatus,
+        generation: int,
+        malformed: Mapping[str, str],
+        now: datetime,
+    ) -> None:
+        """Hold deletion: cleaning up would forget what those nodes run (reference §2.9)."""
+        status = aggregation.deletion_blocked_by_malformed_state(
+            old, cr=name, generation=generation, malformed=malformed, now=now
+        )
+        blocked = next(c for c in status.conditions if c.type == DELETION_BLOCKED)
+        was = next((c for c in old.conditions if c.type == DELETION_BLOCKED), None)
+        if was is None or (was.status, was.reason) != (blocked.status, blocked.reason):
+            self.executor.event(
+                "NodeWright", name, DELETION_BLOCKED, blocked.message, warning=True, cr=cr
+            )
+        self._write_status(name, old, status)
 
     def _uninstall_pending(self, variant: NodeWright) -> list[str]:
         """Nodes whose state still records a package that deletion must uninstall."""
@@ -654,12 +697,7 @@ class NodeWrightReconciler:
         CR's state, status and batch keys go. Targeted again later, the node starts afresh.
         """
         name = cr.metadata.name
-        notes = snapshot.annotations_of(node)
-        cordon = snapshot.parse_cordon(notes.get(CORDON_ANNOTATION))
-        keys = {state_annotation(name), status_key(name), batch_annotation(name)}
-        if not (keys & set(notes) or status_key(name) in snapshot.labels_of(node)) and not (
-            cordon is not None and name in cordon.holders
-        ):
+        if not _tracked(name, node):
             return False
         node_name = str(snapshot.meta_of(node).get("name", ""))
         waiting = False
@@ -675,7 +713,12 @@ class NodeWrightReconciler:
             waiting = waiting or seen.live
         if waiting:
             return True
-        self._clean_node(name, node, remove_taint=False, why=f"no longer targeted by {name}")
+        # Nobody would finish this node for cr any more: its taint goes unless another
+        # runtimeRequired CR still has work here.
+        remove_taint = cr.spec.runtime_required and not _taint_kept_by(
+            name, snapshot.labels_of(node), self._all_crs()
+        )
+        self._clean_node(name, node, remove_taint=remove_taint, why=f"no longer targeted by {name}")
         return False
 
     def _clean_node(
@@ -745,6 +788,29 @@ def _pod_limit(cr: NodeWright, pod: stages.PodObservation) -> timedelta:
         return durations.parse_duration(text)
     except ValueError:
         return timedelta(minutes=30)
+
+
+def _tracked(cr: str, node: Mapping[str, Any]) -> bool:
+    """The node carries a key or cordon hold of CR ``cr``: it is ours to clean up."""
+    notes = snapshot.annotations_of(node)
+    cordon = snapshot.parse_cordon(notes.get(CORDON_ANNOTATION))
+    keys = {state_annotation(cr), status_key(cr), batch_annotation(cr)}
+    return bool(
+        keys & set(notes)
+        or status_key(cr) in snapshot.labels_of(node)
+        or (cordon is not None and cr in cordon.holders)
+    )
+
+
+def _taint_kept_by(cr: str, labels: Mapping[str, str], crs: Iterable[NodeWright]) -> bool:
+    """Another runtimeRequired CR targets the node and is not complete there (reference §6.3)."""
+    return any(
+        other.metadata.name != cr
+        and other.spec.runtime_required
+        and selectors.matches(other.spec.node_selectors, labels)
+        and labels.get(status_key(other.metadata.name)) != Status.COMPLETE.value
+        for other in crs
+    )
 
 
 def _old_status(obj: Mapping[str, Any]) -> NodeWrightStatus:

@@ -211,6 +211,37 @@ def test_a_disabled_cr_starts_nothing_and_later_crs_proceed_as_if_it_did_not_exi
     wait_for(lambda: complete(world, off), what="complete once enabled")
 
 
+def test_a_cr_disabled_while_a_pod_runs_records_its_result_and_starts_nothing_new(
+    world: World,
+) -> None:
+    nodes = world.add_nodes(2)
+    cr = world.cr_name("switched")
+    world.apply_cr(
+        cr, {"interruptionBudget": {"count": 1}, "packages": {"tune": sim_package("tune", 4)}}
+    )
+    world.start_controller()
+    (busy,) = wait_for(lambda: list(pods_by_node(world, cr)), what="first pod created")
+    (idle,) = [n for n in nodes if n != busy]
+    world.patch_cr(cr, {"metadata": {"annotations": {DISABLE: "true"}}})
+    wait_for(lambda: world.cr_status(cr).get("status") == "disabled", what="CR disabled")
+
+    def recorded() -> bool:
+        entry = world.state(cr, busy).get("tune|1.0.0") or {}
+        return entry.get("state") == "complete" and busy not in pods_by_node(world, cr)
+
+    # The running pod's result is recorded and the pod removed while the CR stays disabled ...
+    wait_for(recorded, what="the running pod's result recorded while disabled")
+    assert world.node_status(cr, busy) == "disabled"
+    # ... and nothing new starts.
+    with pytest.raises(AssertionError):
+        wait_for(lambda: idle in pods_by_node(world, cr), timeout=4, what="no pod while disabled")
+    assert world.state(cr, idle) == {}
+
+    world.patch_cr(cr, {"metadata": {"annotations": {DISABLE: None}}})
+    wait_for(lambda: complete(world, cr), what="complete once enabled")
+    assert world.node_status(cr, busy) == "complete"
+
+
 # ---- ignore label and taints ----------------------------------------------------------------
 
 

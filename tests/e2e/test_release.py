@@ -1,7 +1,8 @@
-"""Letting go cleanly: a CR deleted while paused or disabled with uninstall work pending reports
-``DeletionBlocked`` (and a Warning event) until it is unblocked, and a node that stops being
-targeted while we hold its cordon is released - uncordoned unless a human cordoned it, and every
-annotation and label of that CR removed (no cordon leak)."""
+"""Letting go cleanly: a CR deleted while paused or disabled with uninstall work pending, or while
+a node's state annotation does not parse, reports ``DeletionBlocked`` (and a Warning event) until
+it is unblocked; a node that stops being targeted while we hold its cordon is released -
+uncordoned unless a human cordoned it, and every annotation and label of that CR removed (no
+cordon leak) - and loses the runtime-required taint unless another CR still needs it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ pytestmark = pytest.mark.e2e
 
 PICK = "e2e.nodewright.io/pick"
 CORDON = "bridge.nodewright.io/cordon"
+TAINT = "bridge.nodewright.io/runtime-required"
+
+
+def taint_keys(world: World, node: str) -> set[str]:
+    return {t.key for t in world.node(node).spec.taints or []}
 
 
 def ours(world: World, cr: str, node: str) -> dict[str, str]:
@@ -143,3 +149,109 @@ def test_a_node_that_stops_being_targeted_is_released_without_leaking_the_cordon
     assert world.node(held).spec.unschedulable, "a human's cordon was lifted"
     assert CORDON not in (world.node(free).metadata.annotations or {})
     wait_for(lambda: world.package_pods(cr) == [], what="its pods gone")
+
+
+def test_deleting_a_cr_while_a_node_state_does_not_parse_is_blocked_until_it_is_fixed(
+    world: World,
+) -> None:
+    bad, good = world.add_nodes(2)
+    cr = world.cr_name("garbled")
+    key = f"bridge.nodewright.io/state-{cr}"
+    world.apply_cr(
+        cr,
+        {
+            "interruptionBudget": {"count": 2},
+            "packages": {"tune": {"version": "1.0.0", "image": f"{SIM_REGISTRY}/tune"}},
+        },
+    )
+    world.start_controller()
+    wait_for(lambda: world.cr_status(cr).get("status") == "complete", what="installed")
+    world.core.patch_node(bad, {"metadata": {"annotations": {key: "{not json"}}})
+    world.custom.delete_cluster_custom_object("bridge.nodewright.io", "v1alpha1", "nodewrights", cr)
+
+    def blocked() -> bool:
+        cond = world.condition(cr, "DeletionBlocked")
+        return bool(cond and cond["status"] == "True")
+
+    wait_for(blocked, what="DeletionBlocked")
+    cond = world.condition(cr, "DeletionBlocked")
+    assert cond is not None and cond["reason"] == "MalformedNodeState", cond
+    assert f"fix or remove annotation {key} on node {bad} " in cond["message"], cond
+    assert good not in cond["message"], cond
+    # Another malformed text is another reconcile, but not another event.
+    world.core.patch_node(bad, {"metadata": {"annotations": {key: "[still not an object]"}}})
+    with pytest.raises(AssertionError):
+        wait_for(lambda: world.cr_gone(cr), timeout=4, what="CR kept while a state is malformed")
+    # Blocked means nothing was cleaned up: the healthy node keeps its state and status.
+    assert "tune|1.0.0" in world.state(cr, good)
+    assert world.node_status(cr, good) == "complete"
+    assert world.annotations(bad)[key] == "[still not an object]"
+    events = world.core.list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={cr}"
+    ).items
+    warned = [e for e in events if e.reason == "DeletionBlocked"]
+    assert [(e.type, e.count or 1) for e in warned] == [("Warning", 1)], warned
+
+    world.core.patch_node(bad, {"metadata": {"annotations": {key: None}}})
+    wait_for(lambda: world.cr_gone(cr), what="CR deleted once the annotation is removed")
+    assert ours(world, cr, bad) == {} and ours(world, cr, good) == {}
+
+
+def test_a_node_leaving_a_runtime_required_cr_loses_the_taint_unless_another_still_needs_it(
+    world: World,
+) -> None:
+    keep = "e2e.nodewright.io/keep"
+    taint = {"key": TAINT, "value": "true", "effect": "NoSchedule"}
+    (alone,) = world.add_nodes(1, labels={PICK: "yes"}, prefix="a")
+    (shared,) = world.add_nodes(1, labels={PICK: "yes", keep: "yes"}, prefix="s")
+    (bystander,) = world.add_nodes(1, prefix="b")
+    for node in (alone, shared, bystander):
+        world.core.patch_node(node, {"spec": {"taints": [taint]}})
+    leaver, holder = world.cr_name("rtleave"), world.cr_name("rthold")
+    world.apply_cr(
+        leaver,
+        {
+            "nodeSelectors": {"matchLabels": {**world.labels, PICK: "yes"}},
+            "runtimeRequired": True,
+            "interruptionBudget": {"count": 2},
+            "packages": {
+                "tune": {
+                    "version": "1.0.0",
+                    "image": f"{SIM_REGISTRY}/tune",
+                    "env": [{"name": SIM_DURATION_ENV, "value": "8s"}],
+                }
+            },
+        },
+    )
+    # Disabled and incomplete: it keeps the taint on its node (reference §6.3).
+    world.apply_cr(
+        holder,
+        {
+            "nodeSelectors": {"matchLabels": {**world.labels, keep: "yes"}},
+            "runtimeRequired": True,
+            "packages": {"tune": {"version": "1.0.0", "image": f"{SIM_REGISTRY}/tune"}},
+        },
+        annotations={"bridge.nodewright.io/disable": "true"},
+    )
+    world.start_controller()
+    wait_for(
+        lambda: {p.spec.node_name for p in world.package_pods(leaver)} == {alone, shared},
+        what="the runtimeRequired CR working on both nodes",
+    )
+    for node in (alone, shared):
+        world.core.patch_node(node, {"metadata": {"labels": {PICK: None}}})
+    assert all(TAINT in taint_keys(world, n) for n in (alone, shared)), "completed too early"
+
+    wait_for(lambda: ours(world, leaver, alone) == {}, what="alone released")
+    wait_for(lambda: ours(world, leaver, shared) == {}, what="shared released")
+    wait_for(lambda: TAINT not in taint_keys(world, alone), what="taint removed on release")
+    assert TAINT in taint_keys(world, shared), "removed although another CR still needs it"
+    assert TAINT in taint_keys(world, bystander), "removed from a node the CR never tracked"
+
+    # Deleting the CR that kept it frees its node too, but never a node it did not work on.
+    world.custom.delete_cluster_custom_object(
+        "bridge.nodewright.io", "v1alpha1", "nodewrights", holder
+    )
+    wait_for(lambda: world.cr_gone(holder), what="holder deleted")
+    assert TAINT not in taint_keys(world, shared), "taint left behind by the deleted CR"
+    assert TAINT in taint_keys(world, bystander), "deletion removed a taint it never owned"

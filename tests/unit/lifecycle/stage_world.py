@@ -53,6 +53,7 @@ class World:
     allowed: bool = True
     status: Status | None = None
     paused: bool = False
+    disabled: bool = False
     interrupt_kinds: dict[str, str] = field(default_factory=dict)
     log: list[act.Action] = field(default_factory=list)
     created: list[act.CreatePackagePod | act.CreateInterruptPod] = field(default_factory=list)
@@ -68,6 +69,7 @@ class World:
             pods=tuple(self.pods[name] for name in sorted(self.pods)),
             previous_status=self.status,
             paused=self.paused,
+            disabled=self.disabled,
         )
 
     def plan(self) -> NodePlan:

@@ -1,12 +1,20 @@
 """DeletionBlocked (reference §2.9): a CR being deleted while paused or disabled, with uninstall
-work pending, says so instead of looking hung; the condition clears once it is unblocked."""
+work pending, or while a node's state annotation does not parse, says so instead of looking hung;
+the condition clears once it is unblocked."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pytest
 from stage_world import T0, make_cr
 
-from lifecycle.aggregation import AggregationInput, NodeStatusView, aggregate
+from lifecycle.aggregation import (
+    AggregationInput,
+    NodeStatusView,
+    aggregate,
+    deletion_blocked_by_malformed_state,
+)
 from lifecycle.status import Condition, NodeWrightStatus, Status
 
 
@@ -50,3 +58,30 @@ def test_both_annotations_are_named_when_the_cr_is_paused_and_disabled() -> None
     assert "bridge.nodewright.io/pause" in cond.message
     assert "bridge.nodewright.io/disable" in cond.message
     assert "2 node(s)" in cond.message
+
+
+def test_unparsable_state_blocks_deletion_telling_which_annotation_to_fix_on_which_nodes() -> None:
+    previous = status(paused=True)
+    malformed = {f"node-{i}": "Expecting value: line 1 column 1 (char 0)" for i in range(7)}
+    value = deletion_blocked_by_malformed_state(
+        previous, cr="tune", generation=3, malformed=malformed, now=T0
+    )
+    cond = blocked(value)
+    assert cond is not None and (cond.status, cond.reason) == ("True", "MalformedNodeState")
+    assert "fix or remove annotation bridge.nodewright.io/state-tune on node" in cond.message
+    assert "node-0, node-1, node-2, node-3, node-4 and 2 more" in cond.message
+    assert "node-5" not in cond.message and "Expecting value" in cond.message
+    assert value.observed_generation == 3 and value.status is previous.status
+    others = [c.type for c in value.conditions if c.type != "DeletionBlocked"]
+    assert others == [c.type for c in previous.conditions]
+
+
+def test_a_blocked_deletion_keeps_its_transition_time_while_it_stays_blocked() -> None:
+    first = deletion_blocked_by_malformed_state(
+        NodeWrightStatus(), cr="tune", generation=1, malformed={"n1": "bad"}, now=T0
+    )
+    later = T0 + timedelta(minutes=5)
+    again = deletion_blocked_by_malformed_state(
+        first, cr="tune", generation=1, malformed={"n1": "bad"}, now=later
+    )
+    assert again == first

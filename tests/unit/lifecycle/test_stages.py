@@ -594,6 +594,87 @@ def test_disabled_reports_disabled_and_does_nothing_else() -> None:
     assert [type(a) for a in plan.actions] == [act.SetNodeStatus]
 
 
+def test_a_disabled_cr_records_a_pod_that_finished_and_starts_nothing_new() -> None:
+    world = World(
+        make_cr(
+            {
+                "dexter": {"version": "1.0.0"},
+                "later": {"version": "1.0.0", "dependsOn": {"dexter": "1.0.0"}},
+            }
+        )
+    )
+    world.step()
+    (pod,) = world.pods
+    world.disabled = True
+    world.finish_pods()
+    plan = world.step()
+    assert plan.status is Status.DISABLED
+    assert world.state["dexter|1.0.0"].state is StageState.COMPLETE
+    assert [d.name for d in of(plan.actions, act.DeletePod)] == [pod] and not world.pods
+    world.tick(timedelta(hours=1))
+    plan = world.step()
+    assert plan.status is Status.DISABLED and not of(plan.actions, act.CreatePackagePod)
+    assert "later|1.0.0" not in world.state
+    world.disabled = False
+    (created,) = of(world.step().actions, act.CreatePackagePod)
+    assert created.package == "later"
+
+
+def test_a_disabled_cr_records_a_failed_pod_but_does_not_retry_it() -> None:
+    world = World(make_cr({"dexter": {"version": "1.0.0"}}))
+    world.step()
+    world.disabled = True
+    world.finish_pods(fail="dexter")
+    plan = world.step()
+    assert [f.package for f in plan.failures] == ["dexter"]
+    assert world.state["dexter|1.0.0"].retry_at and not world.pods
+    world.tick(timedelta(hours=1))
+    plan = world.step()
+    assert plan.status is Status.DISABLED and not of(plan.actions, act.CreatePackagePod)
+
+
+def test_a_disabled_cr_leaves_a_running_pod_alone_until_its_deadline() -> None:
+    world = World(make_cr({"dexter": {"version": "1.0.0", "timeouts": {"stage": "10m"}}}))
+    world.step()
+    world.disabled = True
+    plan = world.step()
+    assert not of(plan.actions, act.DeletePod) and plan.requeue_at == T0 + timedelta(minutes=10)
+    world.tick(timedelta(minutes=11))
+    plan = world.step()
+    assert [f.message for f in plan.failures] == ["pod did not finish within 10m"]
+    assert of(plan.actions, act.DeletePod) and plan.status is Status.DISABLED
+
+
+def test_a_disabled_cr_starts_no_interrupt_and_keeps_its_cordon() -> None:
+    world = World(make_cr({"dexter": {"version": "1.0.0", "interrupt": REBOOT}}))
+    for _ in range(5):
+        world.step()
+        if world.pods:
+            break
+    assert world.pods and world.node.unschedulable  # the apply pod runs on a cordoned node
+    world.disabled = True
+    world.finish_pods()
+    plan = world.step()
+    assert world.state["dexter|1.0.0"].state is StageState.COMPLETE
+    assert not world.pods and world.node.unschedulable
+    assert not of(plan.actions, act.CreateInterruptPod) and not of(plan.actions, act.Cordon)
+    assert not of(plan.actions, act.Uncordon)
+
+
+def test_a_disabled_cr_completes_a_reboot_in_flight_and_waits_to_run_post_interrupt() -> None:
+    world = World(make_cr({"dexter": {"version": "1.0.0", "interrupt": REBOOT}}))
+    until_interrupt_pod(world)
+    world.disabled = True
+    world.finish_pods()  # the node reboots
+    plan = world.step()
+    entry = world.state["dexter|1.0.0"]
+    assert (entry.stage, entry.state) == (Stage.INTERRUPT, StageState.COMPLETE)
+    assert not of(plan.actions, act.CreatePackagePod) and world.node.unschedulable
+    world.disabled = False
+    (post,) = of(world.step().actions, act.CreatePackagePod)
+    assert post.stages == POST_CHAIN
+
+
 def test_a_stale_pod_of_this_cr_is_deleted() -> None:
     world = World(make_cr({"dexter": {"version": "1.0.0"}}))
     world.pods["old"] = PodObservation("old", "gone", "0.1.0", APPLY_CHAIN, 1, PodPhase.RUNNING)
