@@ -456,13 +456,7 @@ class NodeWrightReconciler:
                 deletion_pending=uninstall_pending,
             )
         )
-        blocked = next((c for c in status.conditions if c.type == DELETION_BLOCKED), None)
-        was = next((c for c in old.conditions if c.type == DELETION_BLOCKED), None)
-        newly = was is None or (was.status, was.reason) != ("True", blocked and blocked.reason)
-        if blocked is not None and blocked.status == "True" and newly:
-            self.executor.event(
-                "NodeWright", name, DELETION_BLOCKED, blocked.message, warning=True, cr=cr
-            )
+        self._announce_deletion_blocked(name, cr, old, status)
         if status.status is Status.COMPLETE and old.status is not Status.COMPLETE:
             self.executor.event(
                 "NodeWright", name, "RolloutComplete", status.complete_nodes + " nodes", cr=cr
@@ -666,13 +660,21 @@ class NodeWrightReconciler:
         status = aggregation.deletion_blocked_by_malformed_state(
             old, cr=name, generation=generation, malformed=malformed, now=now
         )
-        blocked = next(c for c in status.conditions if c.type == DELETION_BLOCKED)
+        self._announce_deletion_blocked(name, cr, old, status)
+        self._write_status(name, old, status)
+
+    def _announce_deletion_blocked(
+        self, name: str, cr: NodeWright | None, old: NodeWrightStatus, new: NodeWrightStatus
+    ) -> None:
+        """One Warning Event when DeletionBlocked turns True or changes its reason."""
+        blocked = next((c for c in new.conditions if c.type == DELETION_BLOCKED), None)
+        if blocked is None or blocked.status != "True":
+            return
         was = next((c for c in old.conditions if c.type == DELETION_BLOCKED), None)
         if was is None or (was.status, was.reason) != (blocked.status, blocked.reason):
             self.executor.event(
                 "NodeWright", name, DELETION_BLOCKED, blocked.message, warning=True, cr=cr
             )
-        self._write_status(name, old, status)
 
     def _uninstall_pending(self, variant: NodeWright) -> list[str]:
         """Nodes whose state still records a package that deletion must uninstall."""

@@ -158,18 +158,25 @@ def test_an_earlier_cr_with_sequencing_all_keeps_the_later_cr_waiting_until_done
 # ---- pause and disable ----------------------------------------------------------------------
 
 
-def test_a_paused_cr_lets_running_pods_finish_starts_nothing_new_and_resumes_when_unpaused(
-    world: World,
-) -> None:
+def annotate_while_a_pod_runs(world: World, name: str, annotation: str) -> tuple[str, str, str]:
+    """Two nodes, one at a time, 4 s pods: set ``annotation`` while the first pod runs.
+    Returns (cr, the node with the running pod, the other node)."""
     nodes = world.add_nodes(2)
-    cr = world.cr_name("pausable")
+    cr = world.cr_name(name)
     world.apply_cr(
         cr, {"interruptionBudget": {"count": 1}, "packages": {"tune": sim_package("tune", 4)}}
     )
     world.start_controller()
     (busy,) = wait_for(lambda: list(pods_by_node(world, cr)), what="first pod created")
     (idle,) = [n for n in nodes if n != busy]
-    world.patch_cr(cr, {"metadata": {"annotations": {PAUSE: "true"}}})
+    world.patch_cr(cr, {"metadata": {"annotations": {annotation: "true"}}})
+    return cr, busy, idle
+
+
+def test_a_paused_cr_lets_running_pods_finish_starts_nothing_new_and_resumes_when_unpaused(
+    world: World,
+) -> None:
+    cr, busy, idle = annotate_while_a_pod_runs(world, "pausable", PAUSE)
 
     wait_for(lambda: world.cr_status(cr).get("status") == "paused", what="CR paused")
     # The pod that was running finishes and its result is recorded ...
@@ -214,15 +221,7 @@ def test_a_disabled_cr_starts_nothing_and_later_crs_proceed_as_if_it_did_not_exi
 def test_a_cr_disabled_while_a_pod_runs_records_its_result_and_starts_nothing_new(
     world: World,
 ) -> None:
-    nodes = world.add_nodes(2)
-    cr = world.cr_name("switched")
-    world.apply_cr(
-        cr, {"interruptionBudget": {"count": 1}, "packages": {"tune": sim_package("tune", 4)}}
-    )
-    world.start_controller()
-    (busy,) = wait_for(lambda: list(pods_by_node(world, cr)), what="first pod created")
-    (idle,) = [n for n in nodes if n != busy]
-    world.patch_cr(cr, {"metadata": {"annotations": {DISABLE: "true"}}})
+    cr, busy, idle = annotate_while_a_pod_runs(world, "switched", DISABLE)
     wait_for(lambda: world.cr_status(cr).get("status") == "disabled", what="CR disabled")
 
     def recorded() -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import Any
 
 import pytest
 from e2e_harness import SIM_DURATION_ENV, SIM_REGISTRY, World, wait_for
@@ -35,6 +36,18 @@ def ours(world: World, cr: str, node: str) -> dict[str, str]:
     if cordon and cr in json.loads(cordon).get("holders", []):
         found[CORDON] = cordon
     return found
+
+
+def delete_until_blocked(world: World, cr: str) -> dict[str, Any] | None:
+    """Delete the CR and wait for DeletionBlocked=True; the condition."""
+    world.custom.delete_cluster_custom_object("bridge.nodewright.io", "v1alpha1", "nodewrights", cr)
+
+    def blocked() -> bool:
+        cond = world.condition(cr, "DeletionBlocked")
+        return bool(cond and cond["status"] == "True")
+
+    wait_for(blocked, what="DeletionBlocked")
+    return world.condition(cr, "DeletionBlocked")
 
 
 @pytest.mark.parametrize(
@@ -65,14 +78,7 @@ def test_deleting_a_paused_or_disabled_cr_with_uninstall_pending_is_blocked_unti
     world.start_controller()
     wait_for(lambda: world.cr_status(cr).get("status") == "complete", what="installed")
     world.patch_cr(cr, {"metadata": {"annotations": {annotation: "true"}}})
-    world.custom.delete_cluster_custom_object("bridge.nodewright.io", "v1alpha1", "nodewrights", cr)
-
-    def blocked() -> bool:
-        cond = world.condition(cr, "DeletionBlocked")
-        return bool(cond and cond["status"] == "True")
-
-    wait_for(blocked, what="DeletionBlocked")
-    cond = world.condition(cr, "DeletionBlocked")
+    cond = delete_until_blocked(world, cr)
     assert cond is not None and cond["reason"] == reason, cond
     assert node in cond["message"], cond
     events = world.core.list_namespaced_event(
@@ -167,14 +173,7 @@ def test_deleting_a_cr_while_a_node_state_does_not_parse_is_blocked_until_it_is_
     world.start_controller()
     wait_for(lambda: world.cr_status(cr).get("status") == "complete", what="installed")
     world.core.patch_node(bad, {"metadata": {"annotations": {key: "{not json"}}})
-    world.custom.delete_cluster_custom_object("bridge.nodewright.io", "v1alpha1", "nodewrights", cr)
-
-    def blocked() -> bool:
-        cond = world.condition(cr, "DeletionBlocked")
-        return bool(cond and cond["status"] == "True")
-
-    wait_for(blocked, what="DeletionBlocked")
-    cond = world.condition(cr, "DeletionBlocked")
+    cond = delete_until_blocked(world, cr)
     assert cond is not None and cond["reason"] == "MalformedNodeState", cond
     assert f"fix or remove annotation {key} on node {bad} " in cond["message"], cond
     assert good not in cond["message"], cond
