@@ -732,11 +732,6 @@ class Executor:
                 with self._deleting_lock:
                     self._deleting.discard(name)
 
-    def pending_deletes(self) -> int:
-        """Pod deletes queued or in flight."""
-        with self._deleting_lock:
-            return len(self._deleting)
-
 
 # Actions that act on the world: the node's queued changes are written before any of them.
 _ACTS_ON_WORLD = (
