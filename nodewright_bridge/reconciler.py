@@ -30,4 +30,5 @@ def build_reconciler(context: ReconcilerContext) -> NodeWrightReconciler:
         namespace=context.namespace,
         metrics=ProductMetrics(context.metrics.registry),
         clock=context.clock,
+        foreground=context.foreground,
     )

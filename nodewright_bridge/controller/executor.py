@@ -26,7 +26,8 @@ Fewer, parallel writes (issue 5: a rollout must stay within 10 % of its batches'
 - different nodes are independent: :meth:`Executor.apply_nodes` runs each node's list on a
   bounded thread pool (:data:`NODE_CONCURRENCY`), one node's actions always in order on one
   thread; a conflict on one node skips only that node's remaining actions;
-- the vars ConfigMap of a package is created once per ``apply_nodes`` call, not once per pod;
+- the vars ConfigMap of a package is created once per ``apply_nodes`` call, not once per pod,
+  while the first Node writes go out (pod creates wait for it);
 - pods whose result is recorded (or that must go) are deleted by a small background pool, not
   by the pass: the Node write that recorded the result came first, and a delete that never
   happens (the process died) is planned again from the next snapshot, where the pod still is;
@@ -76,6 +77,7 @@ from nodewright_bridge.errors import (
 )
 from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.events import EventRecorder, EventType, ObjectRef
+from nodewright_bridge.k8s.foreground import Foreground
 from nodewright_bridge.k8s.patching import Writer
 from nodewright_bridge.k8s.rest import Rest
 
@@ -263,8 +265,11 @@ class Executor:
         namespace: str,
         metrics: ProductMetrics,
         on_node_written: Callable[[str, str], None],
+        foreground: Foreground | None = None,
     ) -> None:
         self._rest = rest
+        # Pod starts run as foreground work; background pod deletes (and Events) wait for them.
+        self._foreground = foreground or Foreground()
         self._writer = writer
         self._events = events
         self._namespace = namespace
@@ -335,8 +340,10 @@ class Executor:
             partial(self._write_annotations, node, notes)
             for node, notes in sorted((others or {}).items())
         )
+        starts = any(isinstance(a, _STARTS_PODS) for w in works for a in w.actions)
         try:
-            _in_parallel(calls)
+            with self._foreground.running() if starts else contextlib.nullcontext():
+                _in_parallel(calls)
         finally:
             for share in shares:
                 outcome.absorb(share)
@@ -351,7 +358,11 @@ class Executor:
         self._on_node_written(node, str(meta.get("resourceVersion", "")))
 
     def _apply_work(
-        self, cr: NodeWright, work: NodeWork, outcome: Outcome, config_maps: frozenset[str]
+        self,
+        cr: NodeWright,
+        work: NodeWork,
+        outcome: Outcome,
+        config_maps: Mapping[str, Future[None]],
     ) -> None:
         patcher = NodePatcher(self._writer, work.node, self._on_node_written)
         if work.annotations:
@@ -386,8 +397,11 @@ class Executor:
                 cr=cr if note.kind == "NodeWright" else None,
             )
 
-    def _prepare_config_maps(self, cr: NodeWright, works: Sequence[NodeWork]) -> frozenset[str]:
-        """Create the vars ConfigMap of every package a pod is about to start for, once."""
+    def _prepare_config_maps(
+        self, cr: NodeWright, works: Sequence[NodeWork]
+    ) -> dict[str, Future[None]]:
+        """Start creating the vars ConfigMap of every package a pod is about to start for, once,
+        while the Node writes that precede the pods go out (a pod create waits for its map)."""
         packages = sorted(
             {
                 action.package
@@ -396,9 +410,21 @@ class Executor:
                 if isinstance(action, _STARTS_PODS) and action.package in cr.spec.packages
             }
         )
-        for package in packages:
-            self._ensure_config_map(cr, package)
-        return frozenset(packages)
+        return {package: self._ensure_config_map_soon(cr, package) for package in packages}
+
+    def _ensure_config_map_soon(self, cr: NodeWright, package: str) -> Future[None]:
+        done: Future[None] = Future()
+
+        def create() -> None:
+            try:
+                self._ensure_config_map(cr, package)
+            except BaseException as exc:  # handed to the pod creates that wait for it
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+
+        threading.Thread(target=create, name="vars-configmap", daemon=True).start()
+        return done
 
     def _apply(
         self,
@@ -408,7 +434,7 @@ class Executor:
         *,
         outcome: Outcome,
         workload_pods: Sequence[Mapping[str, Any]],
-        config_maps: frozenset[str],
+        config_maps: Mapping[str, Future[None]],
     ) -> None:
         cr_name = cr.metadata.name
         if isinstance(action, _ACTS_ON_WORLD):
@@ -437,9 +463,9 @@ class Executor:
         elif isinstance(action, actions.Drain):
             self._drain(cr, node.name, action, outcome, workload_pods)
         elif isinstance(action, actions.CreatePackagePod):
-            self._create_package_pod(cr, action, config_map_ready=action.package in config_maps)
+            self._create_package_pod(cr, action, config_map=config_maps.get(action.package))
         elif isinstance(action, actions.CreateInterruptPod):
-            self._create_interrupt_pod(cr, action, config_map_ready=action.package in config_maps)
+            self._create_interrupt_pod(cr, action, config_map=config_maps.get(action.package))
         elif isinstance(action, actions.DeletePod):
             self.delete_pod_soon(action.name)
         elif isinstance(action, actions.AddTaint):
@@ -629,12 +655,14 @@ class Executor:
         return True
 
     def _start_pod(
-        self, request: podspec.PodRequest, kind: str, *, config_map_ready: bool
+        self, request: podspec.PodRequest, kind: str, *, config_map: Future[None] | None
     ) -> JsonObject | None:
-        """Create the pod (and its package's vars ConfigMap unless ``config_map_ready``); None
-        when it already existed."""
-        if not config_map_ready:
+        """Create the pod once its package's vars ConfigMap exists (``config_map``: being
+        created; None: create it here); None when the pod already existed."""
+        if config_map is None:
             self._ensure_config_map(request.cr, request.package_name)
+        else:
+            config_map.result()
         pod = podspec.build_pod(request)
         pod["metadata"]["namespace"] = self._namespace
         if not self._create(resources.PODS, pod):
@@ -646,7 +674,11 @@ class Executor:
         return pod
 
     def _create_package_pod(
-        self, cr: NodeWright, action: actions.CreatePackagePod, *, config_map_ready: bool
+        self,
+        cr: NodeWright,
+        action: actions.CreatePackagePod,
+        *,
+        config_map: Future[None] | None,
     ) -> None:
         if action.package not in cr.spec.packages:
             return
@@ -660,7 +692,7 @@ class Executor:
             previous_version=action.previous_version,
             attempt=action.attempt,
         )
-        pod = self._start_pod(request, "package", config_map_ready=config_map_ready)
+        pod = self._start_pod(request, "package", config_map=config_map)
         if pod is not None:
             logger.info(
                 "package pod created",
@@ -668,7 +700,11 @@ class Executor:
             )
 
     def _create_interrupt_pod(
-        self, cr: NodeWright, action: actions.CreateInterruptPod, *, config_map_ready: bool
+        self,
+        cr: NodeWright,
+        action: actions.CreateInterruptPod,
+        *,
+        config_map: Future[None] | None,
     ) -> None:
         if action.package not in cr.spec.packages:
             return
@@ -683,7 +719,7 @@ class Executor:
             interrupt_services=action.services,
             attempt=max(action.attempt, 1),
         )
-        if self._start_pod(request, "interrupt", config_map_ready=config_map_ready) is not None:
+        if self._start_pod(request, "interrupt", config_map=config_map) is not None:
             members = ", ".join(action.members)
             note = f"{action.interrupt_type.value} interrupt for {members} ({cr.metadata.name})"
             self.event("Node", action.node, "Interrupt", note)
@@ -722,6 +758,7 @@ class Executor:
     def _delete_loop(self) -> None:
         while True:
             name = self._deletes.get()
+            self._foreground.yield_to()
             try:
                 self.delete_pod(name)
             except LeadershipLostError:

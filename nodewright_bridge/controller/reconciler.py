@@ -10,9 +10,10 @@ One reconcile of CR ``name`` (it never learns which event caused it):
 2. Snapshot the targeted nodes (``snapshot``), probe each with the stage planner *without*
    permission to start new work to learn its status and whether it has work left, and hand the
    resulting ``NodeView``s to ``lifecycle.rollout.plan_rollout``. A node no longer targeted that
-   still carries our keys or cordon hold is released once our pods there have ended. A quiet
-   node (waiting or complete, no pods) keeps its snapshot and probe until its Node or the CR
-   changes (``snapshot.QuietNodes``), so a reconcile of thousands of idle nodes stays cheap.
+   still carries our keys or cordon hold is released once our pods there have ended. A settled
+   node (its plan does nothing: waiting, complete, or a pod still running) keeps its snapshot and
+   plans until its Node, its pods or the CR change or a deadline passes
+   (``snapshot.SettledNodes``), so a reconcile of thousands of nodes costs what changed.
 3. Apply the rollout plan in the restart-safe order its docstring gives: (a) batch states and the
    node-order counter into ``status``, (b) batch records on the Nodes, (c) node plans: allowed
    nodes are planned again with ``allowed_to_start=True`` (the probe is reused when the input
@@ -60,6 +61,7 @@ from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.errors import NotFoundError
 from nodewright_bridge.k8s import caches, resources
 from nodewright_bridge.k8s.events import EventRecorder
+from nodewright_bridge.k8s.foreground import Foreground
 from nodewright_bridge.k8s.patching import Writer, has_finalizer
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.runtime.clock import Clock
@@ -111,6 +113,7 @@ class NodeWrightReconciler:
         namespace: str,
         metrics: ProductMetrics,
         clock: Clock,
+        foreground: Foreground | None = None,
     ) -> None:
         self._rest = rest
         self._writer = writer
@@ -126,7 +129,7 @@ class NodeWrightReconciler:
         # (recentFailures and batch states would otherwise be lost).
         self._statuses: dict[str, tuple[int, NodeWrightStatus]] = {}
         # Quiet nodes' snapshots and probe plans, reused while nothing they depend on changed.
-        self._quiet = snapshot.QuietNodes()
+        self._settled = snapshot.SettledNodes()
         self.executor = Executor(
             rest=rest,
             writer=writer,
@@ -134,6 +137,7 @@ class NodeWrightReconciler:
             namespace=namespace,
             metrics=metrics,
             on_node_written=self._node_written,
+            foreground=foreground,
         )
 
     # -- bookkeeping -------------------------------------------------------------------------
@@ -162,6 +166,10 @@ class NodeWrightReconciler:
         if cached is not None and cached.resource_version == rv:
             return cached.value
         value = snapshot.parse_nodewright(obj)
+        if cached is not None and value == cached.value:
+            # Only the status (or nothing we read) changed: keep the object itself, so caches
+            # keyed on it (quiet nodes' plans) survive the status writes of a rollout.
+            value = cached.value
         with self._lock:
             self._parsed[name] = ParsedCR(rv, value)
         return value
@@ -287,7 +295,7 @@ class NodeWrightReconciler:
         failures: list[stages.NodeFailure] = []
         malformed: dict[str, str] = {}  # node -> why its state annotation does not parse
         snaps: dict[str, snapshot.NodeSnapshot] = {}
-        probes: dict[str, tuple[stages.NodeInput, stages.NodePlan]] = {}
+        probes: dict[str, tuple[snapshot.PlanKey, stages.NodePlan]] = {}
         views: list[rollout.NodeView] = []
         stale: set[str] = set()
         for node in nodes:
@@ -301,8 +309,8 @@ class NodeWrightReconciler:
             if targeted and self._auto_taint(cr, node):
                 stale.add(node_name)
                 outcome.soon(STALE_RETRY_SECONDS)
-            quiet = (
-                self._quiet.get(
+            kept = (
+                self._settled.get(
                     cr,
                     node,
                     self._stores,
@@ -314,8 +322,8 @@ class NodeWrightReconciler:
                 else None
             )
             snap = (
-                quiet[0]
-                if quiet is not None
+                kept
+                if kept is not None
                 else snapshot.snapshot_node(cr, node, self._stores, pdbs, node_index=caches.BY_NODE)
             )
             if not targeted:
@@ -331,24 +339,10 @@ class NodeWrightReconciler:
                 node_status[node_name] = snap.status or Status.UNKNOWN
                 views.append(_view(snap, None, ready=node_name in ready_set))
                 continue
-            probe_input = _node_input(
-                cr, snap, now, allowed=False, paused=paused, disabled=disabled
-            )
-            if quiet is not None:
-                probe = quiet[1]
-            else:
-                probe = stages.plan_node(probe_input)
-                self._quiet.offer(
-                    cr,
-                    snap,
-                    probe,
-                    self._stores,
-                    paused=paused,
-                    disabled=disabled,
-                    node_index=caches.BY_NODE,
-                )
+            probe_key = _plan_key(snap, allowed=False, paused=paused)
+            probe = self._plan(cr, snap, probe_key, now, paused=paused, disabled=disabled)
             snaps[node_name] = snap
-            probes[node_name] = (probe_input, probe)
+            probes[node_name] = (probe_key, probe)
             views.append(_view(snap, probe, ready=node_name in ready_set))
 
         batch_states = {
@@ -386,19 +380,20 @@ class NodeWrightReconciler:
         wakeups: list[datetime] = []
         works: list[NodeWork] = []
         for node_name, snap in snaps.items():
-            node_input = _node_input(
-                cr,
+            key = _plan_key(
                 snap,
-                now,
                 allowed=node_name in allowed,
                 paused=paused or plan.paused,
-                disabled=disabled,
                 order=plan.orders.get(node_name),
                 unpickable=unpickable.get(node_name, ""),
             )
-            probe_input, probe = probes[node_name]
+            probe_key, probe = probes[node_name]
             # The planner is pure: the probe already answered an identical input.
-            node_plan = probe if node_input == probe_input else stages.plan_node(node_input)
+            node_plan = (
+                probe
+                if key == probe_key
+                else self._plan(cr, snap, key, now, paused=paused, disabled=disabled)
+            )
             extra = self._runtime_taint_actions(cr, snap, node_plan, crs)
             node_actions = (*node_plan.actions, *extra)
             notes: list[EventNote] = []
@@ -432,6 +427,7 @@ class NodeWrightReconciler:
                 )
             if snap.blocking_pdbs and node_name in allowed and snap.facts.pods_to_evict:
                 outcome.pdb_blocked.setdefault(node_name, []).extend(snap.blocking_pdbs)
+        planned = time.monotonic()
         self.executor.apply_nodes(
             cr,
             works,
@@ -474,12 +470,41 @@ class NodeWrightReconciler:
                 "cr": name,
                 "nodes": len(node_status),
                 "allowed": len(allowed),
+                "works": len(works),
+                "planning_seconds": round(planned - started, 3),
                 "seconds": round(time.monotonic() - started, 3),
             },
         )
         return Result(requeue_after=_requeue(now, wakeups, outcome, status))
 
     # -- helpers for _run --------------------------------------------------------------------
+
+    def _plan(
+        self,
+        cr: NodeWright,
+        snap: snapshot.NodeSnapshot,
+        key: snapshot.PlanKey,
+        now: datetime,
+        *,
+        paused: bool,
+        disabled: bool,
+    ) -> stages.NodePlan:
+        """The stage planner's answer for ``snap`` and ``key``: kept if the node is settled."""
+        kept = self._settled.plan(cr, snap.name, key, now)
+        if kept is not None:
+            return kept
+        node_plan = stages.plan_node(_node_input(cr, snap, key, now, disabled=disabled))
+        self._settled.offer(
+            cr,
+            snap,
+            key,
+            node_plan,
+            self._stores,
+            paused=paused,
+            disabled=disabled,
+            node_index=caches.BY_NODE,
+        )
+        return node_plan
 
     def _auto_taint(self, cr: NodeWright, node: Mapping[str, Any]) -> bool:
         """Taint a brand-new node (no annotation of ours at all) for runtimeRequired CRs."""
@@ -630,7 +655,7 @@ class NodeWrightReconciler:
         with self._lock:
             self._parsed.pop(name, None)
             self._statuses.pop(name, None)
-        self._quiet.forget(name)
+        self._settled.forget(name)
         logger.info("cleaned up after deleted NodeWright", extra={"cr": name})
         return Result()
 
@@ -847,19 +872,28 @@ def _view(
     )
 
 
-def _node_input(
-    cr: NodeWright,
+def _plan_key(
     snap: snapshot.NodeSnapshot,
-    now: datetime,
     *,
     allowed: bool,
     paused: bool,
-    disabled: bool,
     order: int | None = None,
     unpickable: str = "",
-) -> stages.NodeInput:
+) -> snapshot.PlanKey:
     if order is None:
         order = snap.record.order if snap.record is not None else 0
+    return (allowed, paused, order, unpickable)
+
+
+def _node_input(
+    cr: NodeWright,
+    snap: snapshot.NodeSnapshot,
+    key: snapshot.PlanKey,
+    now: datetime,
+    *,
+    disabled: bool,
+) -> stages.NodeInput:
+    allowed, paused, order, unpickable = key
     return stages.NodeInput(
         cr=cr,
         node=snap.facts,

@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from lifecycle import draining, results, selectors
+from lifecycle.actions import DeletePod
 from lifecycle.errors import SpecError
 from lifecycle.nodestate import (
     CORDON_ANNOTATION,
@@ -433,33 +434,41 @@ def complete_on(cr_name: str, nodes: Iterable[Mapping[str, Any]]) -> frozenset[s
     )
 
 
-# ---- quiet nodes ---------------------------------------------------------------------------
+# ---- settled nodes -------------------------------------------------------------------------
+
+# What a node's plan depends on besides its snapshot: (allowed to start, paused, node order, why
+# the rollout cannot pick it). The probe is planned with (False, <CR paused>, <recorded order>, "").
+PlanKey = tuple[bool, bool, int, str]
 
 
-@dataclass(frozen=True, slots=True)
-class _Quiet:
+@dataclass(slots=True)
+class _Settled:
     cr: NodeWright
     resource_version: str
+    pods: tuple[tuple[str, str], ...]
     paused: bool
     disabled: bool
     snap: NodeSnapshot
-    probe: NodePlan
+    plans: dict[PlanKey, NodePlan]
 
 
-class QuietNodes:
-    """Snapshots and probe plans of *quiet* nodes, kept between reconciles (issue 5: CPU).
+class SettledNodes:
+    """Snapshots and plans of *settled* nodes, kept between reconciles (issue 5: CPU).
 
-    Most nodes of a large rollout are quiet at any moment: waiting for their batch or complete,
-    with no pod of ours or anyone's on them. For such a node the probe plan is a function of the
-    parsed CR and the Node object alone (no pods, no PDBs, no deadline: the planner reported no
-    wake-up and produced no action), so it is reused until the Node's resourceVersion, the CR
-    object or the paused/disabled flags change. Anything else is planned afresh every time.
+    A node is settled when its plan has nothing to do (no failure, no action but deleting pods
+    whose result is recorded: asking again is harmless, a delete in flight is not sent twice and
+    a gone pod answers 404). Most nodes of a large rollout are settled at any moment: waiting for
+    their batch, complete, or running a package pod that has not ended. A plan is a pure
+    function of the parsed CR, the Node, the pods on it, a few flags and the time, and time
+    enters only through deadlines, which the planner reports as ``requeue_at``. So a settled
+    node's snapshot and plans are reused until its Node's resourceVersion, the resourceVersions
+    of the package pods on it, the CR object or the paused/disabled flags change, or a plan's
+    ``requeue_at`` passes. A node with workload pods (drain, PodDisruptionBudgets) or a state that
+    does not parse is planned afresh every time.
     """
 
-    QUIET = frozenset({Status.COMPLETE, Status.WAITING})
-
     def __init__(self) -> None:
-        self._entries: dict[tuple[str, str], _Quiet] = {}
+        self._entries: dict[tuple[str, str], _Settled] = {}
 
     def get(
         self,
@@ -470,7 +479,8 @@ class QuietNodes:
         paused: bool,
         disabled: bool,
         node_index: str = "node",
-    ) -> tuple[NodeSnapshot, NodePlan] | None:
+    ) -> NodeSnapshot | None:
+        """The kept snapshot of ``node``, or None (and the entry is dropped) if anything moved."""
         meta = meta_of(node)
         key = (cr.metadata.name, str(meta.get("name", "")))
         entry = self._entries.get(key)
@@ -480,45 +490,64 @@ class QuietNodes:
             entry.cr is not cr
             or entry.resource_version != str(meta.get("resourceVersion", ""))
             or (entry.paused, entry.disabled) != (paused, disabled)
-            or not _podless(key[1], stores, node_index)
+            or entry.pods != _pods_signature(key[1], stores, node_index)
+            or stores.pods.by_index(node_index, key[1])
         ):
             del self._entries[key]
             return None
-        return entry.snap, entry.probe
+        return entry.snap
+
+    def plan(self, cr: NodeWright, node: str, key: PlanKey, now: datetime) -> NodePlan | None:
+        """The kept plan of ``node`` for ``key`` (after :meth:`get` returned its snapshot)."""
+        entry = self._entries.get((cr.metadata.name, node))
+        found = entry.plans.get(key) if entry is not None else None
+        if found is None or entry is None:
+            return None
+        if found.requeue_at is not None and now >= found.requeue_at:
+            del entry.plans[key]
+            return None
+        return found
 
     def offer(
         self,
         cr: NodeWright,
         snap: NodeSnapshot,
-        probe: NodePlan,
+        key: PlanKey,
+        plan: NodePlan,
         stores: Stores,
         *,
         paused: bool,
         disabled: bool,
         node_index: str = "node",
     ) -> None:
-        """Keep ``snap``/``probe`` if the node is quiet (see the class docstring)."""
-        quiet = (
-            probe.status in self.QUIET
-            and not probe.actions
-            and not probe.failures
-            and probe.requeue_at is None
-            and snap.state_error is None
-            and not snap.pods
-            and _podless(snap.name, stores, node_index)
-        )
-        key = (cr.metadata.name, snap.name)
-        if quiet:
-            self._entries[key] = _Quiet(cr, snap.resource_version, paused, disabled, snap, probe)
-        else:
-            self._entries.pop(key, None)
+        """Keep ``snap`` and ``plan`` (planned for ``key``) if the node is settled."""
+        entry_key = (cr.metadata.name, snap.name)
+        if (
+            any(not isinstance(a, DeletePod) for a in plan.actions)
+            or plan.failures
+            or snap.state_error is not None
+        ):
+            self._entries.pop(entry_key, None)
+            return
+        entry = self._entries.get(entry_key)
+        if entry is None or entry.snap is not snap:
+            if stores.pods.by_index(node_index, snap.name):
+                self._entries.pop(entry_key, None)
+                return  # workload pods: drain and PDB checks read more than the Node
+            pods = _pods_signature(snap.name, stores, node_index)
+            entry = _Settled(cr, snap.resource_version, pods, paused, disabled, snap, {})
+            self._entries[entry_key] = entry
+        entry.plans[key] = plan
 
     def forget(self, cr_name: str) -> None:
         for key in [k for k in self._entries if k[0] == cr_name]:
             del self._entries[key]
 
 
-def _podless(node: str, stores: Stores, node_index: str) -> bool:
-    return not stores.package_pods.by_index(node_index, node) and not stores.pods.by_index(
-        node_index, node
-    )
+def _pods_signature(node: str, stores: Stores, node_index: str) -> tuple[tuple[str, str], ...]:
+    """Which package pods (any CR's) are on ``node``, at which resourceVersions."""
+    found = stores.package_pods.by_index(node_index, node)
+    if not found:
+        return ()
+    metas = [meta_of(p) for p in found]
+    return tuple(sorted((str(m.get("name", "")), str(m.get("resourceVersion", ""))) for m in metas))

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodewright_bridge.errors import ApiError, LeadershipLostError, NotFoundError
+from nodewright_bridge.k8s.foreground import Foreground
 from nodewright_bridge.k8s.resources import EVENTS
 from nodewright_bridge.k8s.rest import PatchType, Rest
 from nodewright_bridge.runtime.clock import Clock, micro_time
@@ -112,6 +113,7 @@ class EventRecorder:
         instance: ``reportingInstance`` (this replica's identity).
         guard: Called before posting; a replica that is not leading posts nothing.
         background: Queue Events for one sender thread instead of posting in the caller.
+        foreground: The sender waits while foreground work (a batch's pod starts) runs.
     """
 
     def __init__(
@@ -123,8 +125,10 @@ class EventRecorder:
         metrics: Metrics | None = None,
         guard: Callable[[], bool] | None = None,
         background: bool = False,
+        foreground: Foreground | None = None,
     ) -> None:
         self._rest = rest
+        self._foreground = foreground
         self._clock = clock
         self._instance = instance[:128]
         self._metrics = metrics
@@ -207,6 +211,8 @@ class EventRecorder:
                 time.sleep((1.0 - tokens) / BACKGROUND_RATE)
                 tokens, last = 1.0, time.monotonic()
             tokens -= 1.0
+            if self._foreground is not None and not self._closing:
+                self._foreground.yield_to()
             self._post_now(regarding, type_, reason, note, action)
 
     def _post_now(

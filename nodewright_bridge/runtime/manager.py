@@ -23,6 +23,7 @@ from typing import Any
 
 from nodewright_bridge.k8s.caches import InformerSet, standard_specs
 from nodewright_bridge.k8s.events import EventRecorder
+from nodewright_bridge.k8s.foreground import Foreground
 from nodewright_bridge.k8s.patching import Writer
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.k8s.watching import InformerSpec
@@ -71,6 +72,7 @@ class ReconcilerContext:
     namespace: str
     identity: str
     is_leader: Callable[[], bool]
+    foreground: Foreground
 
 
 ReconcilerFactory = Callable[[ReconcilerContext], Reconciler]
@@ -164,6 +166,7 @@ class Manager:
             )
         guard = self.is_leader
         writer = Writer(rest, guard=guard)
+        foreground = Foreground()
         events = EventRecorder(
             rest,
             clock=clock,
@@ -171,6 +174,7 @@ class Manager:
             metrics=metrics,
             guard=guard,
             background=True,
+            foreground=foreground,
         )
         self.events = events
         self.context = ReconcilerContext(
@@ -183,6 +187,7 @@ class Manager:
             namespace=settings.namespace,
             identity=settings.identity,
             is_leader=guard,
+            foreground=foreground,
         )
         self.reconciler = factory(self.context)
         for informer in self.informers:

@@ -106,7 +106,8 @@ class ControlPlane:
             self._start_etcd()
             say("kube-apiserver")
             self._start_apiserver()
-            pki_mod.write_kubeconfig(self.kubeconfig, self.server, self.pki.ca_cert, self.pki.admin)
+            admin = self.pki.admin_token
+            pki_mod.write_kubeconfig(self.kubeconfig, self.server, self.pki.ca_cert, admin)
             say("kube-controller-manager")
             self._start_controller_manager()
             say("kube-scheduler")
@@ -189,6 +190,7 @@ class ControlPlane:
             f"--tls-cert-file={self.pki.server_cert}",
             f"--tls-private-key-file={self.pki.server_key}",
             f"--client-ca-file={self.pki.ca_cert}",
+            f"--token-auth-file={self.pki.token_file}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={self.pki.sa_pub}",
             f"--service-account-signing-key-file={self.pki.sa_key}",

@@ -4,6 +4,11 @@ One throwaway CA signs everything: the apiserver's serving certificate, client c
 (``admin`` in ``system:masters``, plus any extra users such as a controller identity that RBAC
 must authorize), and the service-account signing key pair is a separate RSA key. Files are written
 as PEM into one directory, private keys with mode 0600.
+
+The admin kubeconfig authenticates with a bearer token (``--token-auth-file``), as an in-cluster
+controller does with its ServiceAccount token: the API server verifies an x509 client certificate
+chain on every request, which was 8 % of its CPU in a 1,000-node rollout. The admin client
+certificate is still issued for tools that want one.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import base64
 import datetime
 import ipaddress
 import os
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +53,12 @@ class ClientCert:
 
 
 @dataclass(frozen=True, slots=True)
+class BearerToken:
+    user: str
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
 class Pki:
     """Paths of everything ``make_pki`` wrote."""
 
@@ -58,6 +70,12 @@ class Pki:
     admin: ClientCert
     sa_key: Path  # RSA private key: --service-account-signing-key-file, KCM --service-account-...
     sa_pub: Path  # its public key: --service-account-key-file
+    token_file: Path  # --token-auth-file: the admin's bearer token (system:masters)
+
+    @property
+    def admin_token(self) -> BearerToken:
+        token = self.token_file.read_text().split(",", 1)[0]
+        return BearerToken("admin", token)
 
     def client(self, user: str, groups: Sequence[str] = ()) -> ClientCert:
         """Issue (or reuse) a client certificate for ``user`` in ``groups``."""
@@ -171,6 +189,11 @@ def make_pki(directory: Path, *, extra_ips: Sequence[str] = ()) -> Pki:
         admin=ClientCert("admin", directory / "admin.crt", directory / "admin.key"),
         sa_key=_write(directory / "sa.key", _key_pem(sa_key), private=True),
         sa_pub=_write(directory / "sa.pub", sa_pub),
+        token_file=_write(
+            directory / "tokens.csv",
+            f'{secrets.token_urlsafe(32)},admin,admin,"system:masters"\n'.encode(),
+            private=True,
+        ),
     )
     issue_client_cert(pki, "admin", ["system:masters"])
     return pki
@@ -187,6 +210,7 @@ def load_pki(directory: Path) -> Pki:
         admin=ClientCert("admin", directory / "admin.crt", directory / "admin.key"),
         sa_key=directory / "sa.key",
         sa_pub=directory / "sa.pub",
+        token_file=directory / "tokens.csv",
     )
 
 
@@ -218,9 +242,16 @@ def _b64(path: Path) -> str:
 
 
 def kubeconfig_text(
-    server: str, ca_cert: Path, client: ClientCert, *, name: str = "sandbox"
+    server: str, ca_cert: Path, client: ClientCert | BearerToken, *, name: str = "sandbox"
 ) -> str:
     """A self-contained kubeconfig (certificates inlined) for ``client`` against ``server``."""
+    if isinstance(client, BearerToken):
+        credentials = {"token": client.token}
+    else:
+        credentials = {
+            "client-certificate-data": _b64(client.cert),
+            "client-key-data": _b64(client.key),
+        }
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -233,10 +264,7 @@ def kubeconfig_text(
         "users": [
             {
                 "name": client.user,
-                "user": {
-                    "client-certificate-data": _b64(client.cert),
-                    "client-key-data": _b64(client.key),
-                },
+                "user": credentials,
             }
         ],
         "contexts": [{"name": name, "context": {"cluster": name, "user": client.user}}],
@@ -247,7 +275,12 @@ def kubeconfig_text(
 
 
 def write_kubeconfig(
-    path: Path, server: str, ca_cert: Path, client: ClientCert, *, name: str = "sandbox"
+    path: Path,
+    server: str,
+    ca_cert: Path,
+    client: ClientCert | BearerToken,
+    *,
+    name: str = "sandbox",
 ) -> Path:
     path.write_text(kubeconfig_text(server, ca_cert, client, name=name))
     os.chmod(path, 0o600)

@@ -215,7 +215,9 @@ def run(nodes: int, seconds: float, budget: int, timeout: float, log_level: str)
         nodes=nodes,
         labels=FLEET_LABEL,
         runner=runner,
-        heartbeat_seconds=120.0,
+        # a real kubelet reports an unchanged node status every 5 min (nodeStatusReportFrequency;
+        # its liveness goes to a Lease, which the controller does not watch)
+        heartbeat_seconds=300.0,
     )
     box.start()
     print(f"  started in {time.monotonic() - began:.1f}s")

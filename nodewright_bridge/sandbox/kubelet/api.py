@@ -63,6 +63,9 @@ class RawApi:
             key_file=configuration.key_file,
             retries=False,
         )
+        # A token kubeconfig: the client keeps "Bearer <token>" under api_key["BearerToken"].
+        bearer = (configuration.api_key or {}).get("BearerToken")
+        self._auth = {"Authorization": bearer} if bearer else {}
         self._watches: set[urllib3.BaseHTTPResponse] = set()
         self._lock = threading.Lock()
 
@@ -91,7 +94,7 @@ class RawApi:
         """One request; returns the decoded body, or None for a 404 when ``ok_missing``."""
         url = path + ("?" + urlencode(query) if query else "")
         data = None if body is None else json.dumps(body).encode()
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **self._auth}
         if data is not None:
             headers["Content-Type"] = content_type
         resp = self._pool.request(method, url, body=data, headers=headers, timeout=timeout)
@@ -112,7 +115,7 @@ class RawApi:
         resp = self._pool.request(
             "GET",
             path + "?" + urlencode(params),
-            headers={"Accept": "application/json"},
+            headers={"Accept": "application/json", **self._auth},
             preload_content=False,
             timeout=urllib3.Timeout(connect=10, read=timeout_seconds + 30),
         )
