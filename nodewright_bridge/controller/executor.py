@@ -64,6 +64,7 @@ from lifecycle.nodestate import (
 )
 from lifecycle.selectors import TaintEffect
 from lifecycle.spec import NodeWright
+from lifecycle.status import Status
 from nodewright_bridge import podspec
 from nodewright_bridge.controller import snapshot
 from nodewright_bridge.controller.productmetrics import ProductMetrics
@@ -98,11 +99,13 @@ CONFLICT_RETRY_SECONDS = 0.5
 # connection pool (32) and the API server's default in-flight limits.
 NODE_CONCURRENCY = 16
 # Nodes written per pass that neither start a pod nor take a batch record (bookkeeping: status
-# labels, recording finished pods, deleting them); the rest wait for the next pass, moments later.
+# labels, recording finished pods); the rest wait for the next pass, moments later.
 # A pass over thousands of such nodes (every node turning "waiting" in a CR's first reconcile,
 # a 2,048-node batch finishing) would otherwise take tens of seconds of API time, and the pass
-# that notices the batch is done - and starts the next one - would wait for it.
-BOOKKEEPING_PER_PASS = 256
+# that notices the batch is done - and starts the next one - would wait for it. 64 writes are
+# ~0.2 s at NODE_CONCURRENCY: short passes notice a batch's last pod sooner (measured: 1,000
+# nodes, gaps between batches 0.2-0.6 s instead of 0.3-0.75 s with 256).
+BOOKKEEPING_PER_PASS = 64
 # A pod we created that the cache has not shown after this long is no longer waited for (a watch
 # normally shows it within milliseconds; a relist may have skipped a pod created and deleted).
 UNSEEN_POD_SECONDS = 30.0
@@ -281,6 +284,8 @@ class Executor:
         # again, and a busy API server answers hundreds of needless 409s).
         self._unseen: dict[str, dict[str, float]] = {}
         self._unseen_lock = threading.Lock()
+        self._written_statuses: dict[tuple[str, str], Status] = {}
+        self._written_lock = threading.Lock()
         self._deletes: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._deleting: set[str] = set()
         self._deleting_lock = threading.Lock()
@@ -450,7 +455,10 @@ class Executor:
         elif isinstance(action, actions.SetNodeStatus):
             key = status_key(cr_name)
             value = action.status.value
-            node.patch({"metadata": {"labels": {key: value}, "annotations": {key: value}}})
+            node.patch(
+                {"metadata": {"labels": {key: value}, "annotations": {key: value}}},
+                then=partial(self._remember_status, cr_name, node.name, action.status),
+            )
         elif isinstance(action, actions.Cordon):
             self._cordon(cr, node, action)
         elif isinstance(action, actions.Uncordon):
@@ -478,6 +486,21 @@ class Executor:
             node.after_write(lambda: self._emit(cr_name, action))
         elif isinstance(action, actions.WriteStatus):  # the reconciler writes status itself
             logger.debug("WriteStatus ignored by the node executor")
+
+    def _remember_status(self, cr_name: str, node: str, status: Status) -> None:
+        with self._written_lock:
+            self._written_statuses[(cr_name, node)] = status
+
+    def written_status(self, cr_name: str, node: str) -> Status | None:
+        """The node status this process last wrote for ``cr_name`` on ``node`` (a node whose
+        cache lags our write is judged by it, so a batch completes without waiting a pass)."""
+        with self._written_lock:
+            return self._written_statuses.get((cr_name, node))
+
+    def forget(self, cr_name: str) -> None:
+        with self._written_lock:
+            for key in [k for k in self._written_statuses if k[0] == cr_name]:
+                del self._written_statuses[key]
 
     def _emit(self, cr_name: str, action: actions.EmitEvent) -> None:
         warning = action.type is actions.EventType.WARNING
@@ -780,14 +803,20 @@ _ACTS_ON_WORLD = (
 
 
 _STARTS_PODS = (actions.CreatePackagePod, actions.CreateInterruptPod)
+# Actions a pass only hands to background senders (or that send nothing).
+_FREE = (actions.DeletePod, actions.EmitEvent, actions.VerifyReboot, actions.WriteStatus)
 
 
 def _bookkeeping(work: NodeWork) -> bool:
-    """Work that may wait for the next pass: it starts no pod and takes no batch record (a
-    deferred node is planned again, its Events included; a release of a record may wait)."""
+    """Work that may wait for the next pass: it writes the Node (or drains) but starts no pod and
+    takes no batch record (a deferred node is planned again, its Events included; a release of a
+    record may wait). Work that only queues pod deletes or Events costs a pass nothing and is
+    never deferred."""
     if any(isinstance(a, _STARTS_PODS) for a in work.actions):
         return False
-    return all(value is None for value in work.annotations.values())
+    if any(value is not None for value in work.annotations.values()):
+        return False
+    return bool(work.annotations) or any(not isinstance(a, _FREE) for a in work.actions)
 
 
 def _in_parallel(calls: Sequence[Callable[[], None]]) -> None:

@@ -334,10 +334,12 @@ class NodeWrightReconciler:
                 node_status[node_name] = snap.status or Status.UNKNOWN
                 continue
             if node_name in stale or self._stale(node):
+                # Not planned until the cache shows our write; judged by the status we wrote.
                 stale.add(node_name)
                 outcome.soon(STALE_RETRY_SECONDS)
-                node_status[node_name] = snap.status or Status.UNKNOWN
-                views.append(_view(snap, None, ready=node_name in ready_set))
+                written = self.executor.written_status(name, node_name)
+                node_status[node_name] = written or snap.status or Status.UNKNOWN
+                views.append(_view(snap, None, ready=node_name in ready_set, status=written))
                 continue
             probe_key = _plan_key(snap, allowed=False, paused=paused)
             probe = self._plan(cr, snap, probe_key, now, paused=paused, disabled=disabled)
@@ -656,6 +658,7 @@ class NodeWrightReconciler:
             self._parsed.pop(name, None)
             self._statuses.pop(name, None)
         self._settled.forget(name)
+        self.executor.forget(name)
         logger.info("cleaned up after deleted NodeWright", extra={"cr": name})
         return Result()
 
@@ -856,9 +859,13 @@ def _stopped(status: NodeWrightStatus) -> set[str]:
 
 
 def _view(
-    snap: snapshot.NodeSnapshot, probe: stages.NodePlan | None, *, ready: bool
+    snap: snapshot.NodeSnapshot,
+    probe: stages.NodePlan | None,
+    *,
+    ready: bool,
+    status: Status | None = None,
 ) -> rollout.NodeView:
-    status = probe.status if probe is not None else (snap.status or Status.UNKNOWN)
+    status = status or (probe.status if probe is not None else (snap.status or Status.UNKNOWN))
     return rollout.NodeView(
         name=snap.name,
         labels=snap.labels,

@@ -85,6 +85,7 @@ def process_one(
     extra = {"key": key, "reconcile_id": reconcile_id}
     started = time.monotonic()
     outcome = "success"
+    logger.debug("reconciling", extra=extra)
     try:
         result = reconciler.reconcile(key)
         queue.forget(key)

@@ -7,12 +7,13 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from cache_world import empty_stores
+
 from lifecycle.actions import DeletePod, SetNodeStatus
 from lifecycle.spec import NodeWright
 from lifecycle.stages import NodePlan
 from lifecycle.status import Status
 from nodewright_bridge.controller import snapshot
-from nodewright_bridge.k8s import store
 from nodewright_bridge.k8s.foreground import Foreground
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -25,18 +26,6 @@ def make_cr(**annotations: str) -> NodeWright:
             "metadata": {"name": "tuning", "uid": "u-1", "annotations": annotations},
             "spec": {"packages": {"sysctl": {"version": "1.0.0", "image": "r/p"}}},
         }
-    )
-
-
-def make_stores() -> snapshot.Stores:
-    by_node = {"node": store.by_node_name}
-    return snapshot.Stores(
-        nodes=store.Store(),
-        pods=store.Store(by_node),
-        package_pods=store.Store(by_node),
-        pdbs=store.Store(),
-        nodewrights=store.Store(),
-        policies=store.Store(),
     )
 
 
@@ -83,7 +72,7 @@ def kept(
 
 
 def test_a_node_whose_inputs_did_not_move_keeps_its_snapshot_and_plan() -> None:
-    memo, cr, stores = snapshot.SettledNodes(), make_cr(), make_stores()
+    memo, cr, stores = snapshot.SettledNodes(), make_cr(), empty_stores()
     stores.package_pods.put("ns/p1", pod("p1", "5"))
     snap, made = settle(memo, cr, stores, node())
     assert memo.get(cr, node(), stores, paused=False, disabled=False) is snap
@@ -92,7 +81,7 @@ def test_a_node_whose_inputs_did_not_move_keeps_its_snapshot_and_plan() -> None:
 
 
 def test_a_new_node_version_a_moved_pod_or_a_new_cr_object_drops_the_kept_plan() -> None:
-    memo, cr, stores = snapshot.SettledNodes(), make_cr(), make_stores()
+    memo, cr, stores = snapshot.SettledNodes(), make_cr(), empty_stores()
     stores.package_pods.put("ns/p1", pod("p1", "5"))
     settle(memo, cr, stores, node())
     assert kept(memo, cr, stores, node("11")) is None
@@ -106,7 +95,7 @@ def test_a_new_node_version_a_moved_pod_or_a_new_cr_object_drops_the_kept_plan()
 
 
 def test_pause_disable_or_a_workload_pod_arriving_drops_the_kept_plan() -> None:
-    memo, cr, stores = snapshot.SettledNodes(), make_cr(), make_stores()
+    memo, cr, stores = snapshot.SettledNodes(), make_cr(), empty_stores()
     settle(memo, cr, stores, node())
     assert kept(memo, cr, stores, node(), paused=True) is None
     settle(memo, cr, stores, node())
@@ -117,7 +106,7 @@ def test_pause_disable_or_a_workload_pod_arriving_drops_the_kept_plan() -> None:
 
 
 def test_a_plan_is_not_kept_past_its_deadline() -> None:
-    memo, cr, stores = snapshot.SettledNodes(), make_cr(), make_stores()
+    memo, cr, stores = snapshot.SettledNodes(), make_cr(), empty_stores()
     snap = snapshot.snapshot_node(cr, node(), stores, snapshot.PdbIndex())
     deadline = NOW + timedelta(minutes=5)
     memo.offer(cr, snap, KEY, plan(requeue_at=deadline), stores, paused=False, disabled=False)
@@ -126,7 +115,7 @@ def test_a_plan_is_not_kept_past_its_deadline() -> None:
 
 
 def test_plans_with_work_to_do_or_on_nodes_with_workload_pods_are_never_kept() -> None:
-    memo, cr, stores = snapshot.SettledNodes(), make_cr(), make_stores()
+    memo, cr, stores = snapshot.SettledNodes(), make_cr(), empty_stores()
     snap = snapshot.snapshot_node(cr, node(), stores, snapshot.PdbIndex())
     busy = NodePlan(
         node="n1",
@@ -145,7 +134,7 @@ def test_plans_with_work_to_do_or_on_nodes_with_workload_pods_are_never_kept() -
 
 
 def test_a_plan_that_only_deletes_recorded_pods_is_kept_as_asking_again_is_harmless() -> None:
-    memo, cr, stores = snapshot.SettledNodes(), make_cr(), make_stores()
+    memo, cr, stores = snapshot.SettledNodes(), make_cr(), empty_stores()
     stores.package_pods.put("ns/p1", pod("p1", "7", phase="Succeeded"))
     snap = snapshot.snapshot_node(cr, node(), stores, snapshot.PdbIndex())
     deleting = NodePlan(
@@ -162,7 +151,7 @@ def test_a_plan_that_only_deletes_recorded_pods_is_kept_as_asking_again_is_harml
 
 
 def test_forgetting_a_cr_drops_its_nodes_only() -> None:
-    memo, stores = snapshot.SettledNodes(), make_stores()
+    memo, stores = snapshot.SettledNodes(), empty_stores()
     cr = make_cr()
     other = NodeWright.model_validate(
         {
