@@ -128,7 +128,7 @@ class NodeWrightReconciler:
         # starts before the cache has caught up must build on it, not on an older status
         # (recentFailures and batch states would otherwise be lost).
         self._statuses: dict[str, tuple[int, NodeWrightStatus]] = {}
-        # Quiet nodes' snapshots and probe plans, reused while nothing they depend on changed.
+        # Settled nodes' snapshots and plans, reused while nothing they depend on changed.
         self._settled = snapshot.SettledNodes()
         self.executor = Executor(
             rest=rest,
@@ -168,7 +168,7 @@ class NodeWrightReconciler:
         value = snapshot.parse_nodewright(obj)
         if cached is not None and value == cached.value:
             # Only the status (or nothing we read) changed: keep the object itself, so caches
-            # keyed on it (quiet nodes' plans) survive the status writes of a rollout.
+            # keyed on it (settled nodes' plans) survive the status writes of a rollout.
             value = cached.value
         with self._lock:
             self._parsed[name] = ParsedCR(rv, value)

@@ -318,6 +318,8 @@ class NodeSnapshot:
     pods: tuple[PodObservation, ...]
     drain: draining.DrainPlan
     blocking_pdbs: tuple[str, ...] = ()
+    # (name, resourceVersion) of every package pod (any CR's) on the node, as read here
+    package_pod_versions: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,7 +392,8 @@ def snapshot_node(
         )
     ours: list[PodObservation] = []
     foreign = 0
-    for raw in stores.package_pods.by_index(node_index, name):
+    package_pods = stores.package_pods.by_index(node_index, name)
+    for raw in package_pods:
         pod_labels = labels_of(raw)
         if pod_labels.get(LABEL_CR) == cr_name:
             observed = observe_pod(raw)
@@ -423,6 +426,7 @@ def snapshot_node(
         pods=tuple(sorted(ours, key=lambda p: p.name)),
         drain=plan,
         blocking_pdbs=tuple(p.key for p in blocking),
+        package_pod_versions=_versions(package_pods),
     )
 
 
@@ -444,8 +448,6 @@ PlanKey = tuple[bool, bool, int, str]
 @dataclass(slots=True)
 class _Settled:
     cr: NodeWright
-    resource_version: str
-    pods: tuple[tuple[str, str], ...]
     paused: bool
     disabled: bool
     snap: NodeSnapshot
@@ -488,9 +490,10 @@ class SettledNodes:
             return None
         if (
             entry.cr is not cr
-            or entry.resource_version != str(meta.get("resourceVersion", ""))
+            or entry.snap.resource_version != str(meta.get("resourceVersion", ""))
             or (entry.paused, entry.disabled) != (paused, disabled)
-            or entry.pods != _pods_signature(key[1], stores, node_index)
+            or entry.snap.package_pod_versions
+            != _versions(stores.package_pods.by_index(node_index, key[1]))
             or stores.pods.by_index(node_index, key[1])
         ):
             del self._entries[key]
@@ -534,8 +537,7 @@ class SettledNodes:
             if stores.pods.by_index(node_index, snap.name):
                 self._entries.pop(entry_key, None)
                 return  # workload pods: drain and PDB checks read more than the Node
-            pods = _pods_signature(snap.name, stores, node_index)
-            entry = _Settled(cr, snap.resource_version, pods, paused, disabled, snap, {})
+            entry = _Settled(cr, paused, disabled, snap, {})
             self._entries[entry_key] = entry
         entry.plans[key] = plan
 
@@ -544,10 +546,9 @@ class SettledNodes:
             del self._entries[key]
 
 
-def _pods_signature(node: str, stores: Stores, node_index: str) -> tuple[tuple[str, str], ...]:
-    """Which package pods (any CR's) are on ``node``, at which resourceVersions."""
-    found = stores.package_pods.by_index(node_index, node)
-    if not found:
+def _versions(pods: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """(name, resourceVersion) of ``pods``, sorted: what a kept snapshot read of them."""
+    if not pods:
         return ()
-    metas = [meta_of(p) for p in found]
+    metas = [meta_of(p) for p in pods]
     return tuple(sorted((str(m.get("name", "")), str(m.get("resourceVersion", ""))) for m in metas))

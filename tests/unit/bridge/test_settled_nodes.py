@@ -94,6 +94,15 @@ def test_a_new_node_version_a_moved_pod_or_a_new_cr_object_drops_the_kept_plan()
     assert kept(memo, make_cr(), stores, node()) is None  # equal, but not the object kept
 
 
+def test_a_pod_that_moved_between_snapshot_and_offer_is_not_hidden_by_the_kept_snapshot() -> None:
+    memo, cr, stores = snapshot.SettledNodes(), make_cr(), empty_stores()
+    stores.package_pods.put("ns/p1", pod("p1", "5"))
+    snap = snapshot.snapshot_node(cr, node(), stores, snapshot.PdbIndex())
+    stores.package_pods.put("ns/p1", pod("p1", "6", phase="Succeeded"))  # the watch, meanwhile
+    memo.offer(cr, snap, KEY, plan(), stores, paused=False, disabled=False)
+    assert kept(memo, cr, stores, node()) is None
+
+
 def test_pause_disable_or_a_workload_pod_arriving_drops_the_kept_plan() -> None:
     memo, cr, stores = snapshot.SettledNodes(), make_cr(), empty_stores()
     settle(memo, cr, stores, node())
