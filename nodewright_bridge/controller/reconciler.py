@@ -44,7 +44,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from lifecycle import aggregation, batching, durations, rollout, selectors, sequencing, stages
+from lifecycle import (
+    actions,
+    aggregation,
+    batching,
+    durations,
+    rollout,
+    selectors,
+    sequencing,
+    stages,
+)
 from lifecycle.nodestate import (
     CORDON_ANNOTATION,
     RUNTIME_REQUIRED_TAINT_KEY,
@@ -94,6 +103,11 @@ def _rv_int(text: str) -> int:
         return int(text)
     except ValueError:
         return -1
+
+
+def _targeted(cr: NodeWright, nodes: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Names of the nodes ``cr`` targets (its node selectors match their labels)."""
+    return [str(snapshot.meta_of(n).get("name")) for n in nodes if snapshot.targets(cr, n)]
 
 
 def _escape(key: str) -> str:
@@ -275,12 +289,12 @@ class NodeWrightReconciler:
         crs = self._all_crs() if not deleting else [cr]
         if all(c.metadata.name != name for c in crs):
             crs.append(cr)
+        targeted_by = {id(c): _targeted(c, nodes) for c in crs}
+        mine = frozenset(targeted_by[id(cr)] if id(cr) in targeted_by else _targeted(cr, nodes))
         progress = [
             sequencing.CRProgress.of(
                 c,
-                targets=[
-                    str(snapshot.meta_of(n).get("name")) for n in nodes if snapshot.targets(c, n)
-                ],
+                targets=targeted_by[id(c)],
                 complete_on=snapshot.complete_on(c.metadata.name, nodes),
             )
             for c in crs
@@ -298,14 +312,14 @@ class NodeWrightReconciler:
         probes: dict[str, tuple[snapshot.PlanKey, stages.NodePlan]] = {}
         views: list[rollout.NodeView] = []
         stale: set[str] = set()
+        record_key = batch_annotation(name)
         for node in nodes:
-            targeted = snapshot.targets(cr, node)
-            annotations = snapshot.annotations_of(node)
+            node_name = str(snapshot.meta_of(node).get("name"))
+            targeted = node_name in mine
             if not targeted and self._release(cr, node, now):
                 outcome.soon(RELEASE_RETRY_SECONDS)  # our pods there must end first
-            if not targeted and batch_annotation(name) not in annotations:
+            if not targeted and record_key not in snapshot.annotations_of(node):
                 continue
-            node_name = str(snapshot.meta_of(node).get("name"))
             if targeted and self._auto_taint(cr, node):
                 stale.add(node_name)
                 outcome.soon(STALE_RETRY_SECONDS)
@@ -550,14 +564,12 @@ class NodeWrightReconciler:
         crs: list[NodeWright],
     ) -> tuple[Any, ...]:
         """Remove the runtime-required taint once every runtimeRequired CR is complete here."""
-        from lifecycle.actions import RemoveTaint  # noqa: PLC0415 - keeps the import list short
-
         if not cr.spec.runtime_required or node_plan.status is not Status.COMPLETE:
             return ()
         taint = next((t for t in snap.taints if t.key == RUNTIME_REQUIRED_TAINT_KEY), None)
         if taint is None or _taint_kept_by(cr.metadata.name, snap.labels, crs):
             return ()
-        return (RemoveTaint(node=snap.name, key=taint.key, effect=taint.effect.value),)
+        return (actions.RemoveTaint(node=snap.name, key=taint.key, effect=taint.effect.value),)
 
     def _write_batch_states(
         self, name: str, old: NodeWrightStatus, plan: rollout.RolloutPlan

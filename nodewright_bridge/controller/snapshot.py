@@ -186,6 +186,8 @@ def boot_id(node: Mapping[str, Any]) -> str:
 
 def meta_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
+    if type(meta) is dict:  # decoded JSON: skips the (slow) ABC check on every hot-path call
+        return meta
     return meta if isinstance(meta, Mapping) else {}
 
 
