@@ -193,7 +193,11 @@ class NodePatcher:
         after, self._after = self._after, []
         try:
             answer = self._writer.merge_patch(
-                resources.NODES, self.name, body, resource_version=self.resource_version or None
+                resources.NODES,
+                self.name,
+                body,
+                resource_version=self.resource_version or None,
+                metadata_only=True,
             )
         except ConflictError as exc:
             raise NodeConflictError(self.name) from exc
@@ -356,7 +360,7 @@ class Executor:
     def _write_annotations(self, node: str, annotations: Mapping[str, str | None]) -> None:
         body = {"metadata": {"annotations": dict(annotations)}}
         try:
-            answer = self._writer.merge_patch(resources.NODES, node, body)
+            answer = self._writer.merge_patch(resources.NODES, node, body, metadata_only=True)
         except NotFoundError:
             return
         meta = answer.get("metadata") or {}
@@ -672,7 +676,7 @@ class Executor:
     def _create(self, resource: resources.Resource, body: JsonObject) -> bool:
         self._writer_check()
         try:
-            self._rest.create(resource, body, namespace=self._namespace)
+            self._rest.create(resource, body, namespace=self._namespace, metadata_only=True)
         except AlreadyExistsError:
             return False
         return True
@@ -767,7 +771,7 @@ class Executor:
     def delete_pod(self, name: str) -> None:
         self._writer_check()
         with contextlib.suppress(NotFoundError):
-            self._rest.delete(resources.PODS, name, namespace=self._namespace)
+            self._rest.delete(resources.PODS, name, namespace=self._namespace, metadata_only=True)
 
     def delete_pod_soon(self, name: str) -> None:
         """Delete on the background pool (once, however often it is asked while in flight)."""

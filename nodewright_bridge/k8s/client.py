@@ -11,6 +11,7 @@ Config loading order: an explicit ``--kubeconfig`` wins; else in-cluster (servic
 
 from __future__ import annotations
 
+import http.client
 import logging
 import os
 import time
@@ -126,10 +127,18 @@ class MeteredApiClient(k8s_client.ApiClient):
             code = str(exc.status or "error")
             raise
         finally:
-            if self._metrics is not None:
-                verb, resource = classify_request(method, url)
-                self._metrics.api_requests.labels(verb, resource, code).inc()
-                self._metrics.api_latency.labels(verb).observe(time.monotonic() - started)
+            self.observe(method, url, code, time.monotonic() - started)
+
+    @property
+    def default_timeout(self) -> tuple[float, float]:
+        return self._default_timeout
+
+    def observe(self, method: str, url: str, code: str, seconds: float) -> None:
+        """Count one request (also those sent past ``call_api``, on the fast transport)."""
+        if self._metrics is not None:
+            verb, resource = classify_request(method, url)
+            self._metrics.api_requests.labels(verb, resource, code).inc()
+            self._metrics.api_latency.labels(verb).observe(seconds)
 
 
 def classify_request(method: str, url: str) -> tuple[str, str]:
@@ -174,5 +183,9 @@ def total_requests(metrics: Metrics) -> float:
     return total
 
 
-TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    urllib3.exceptions.HTTPError,
+    http.client.HTTPException,
+    OSError,
+)
 """Exceptions meaning "no HTTP answer" (refused, reset, timed out, TLS)."""

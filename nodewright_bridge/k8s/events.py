@@ -275,7 +275,7 @@ class EventRecorder:
             "note": note,
             "regarding": regarding.to_wire(),
         }
-        created = self._rest.create(EVENTS, body, namespace=namespace)
+        created = self._rest.create(EVENTS, body, namespace=namespace, metadata_only=True)
         return str((created.get("metadata") or {}).get("name", ""))
 
     def _bump(self, series: _Series) -> bool:

@@ -87,8 +87,10 @@ class Writer:
         namespace: str | None = None,
         subresource: str = "",
         resource_version: str | None = None,
+        metadata_only: bool = False,
     ) -> JsonObject:
-        """RFC 7386 merge patch; with ``resource_version`` it is conditional (409 if stale)."""
+        """RFC 7386 merge patch; with ``resource_version`` it is conditional (409 if stale).
+        ``metadata_only``: the answer may carry only the object's metadata."""
         return self._object_patch(
             patch_type=PatchType.MERGE,
             resource=resource,
@@ -97,6 +99,7 @@ class Writer:
             namespace=namespace,
             subresource=subresource,
             resource_version=resource_version,
+            metadata_only=metadata_only,
         )
 
     def strategic_patch(
@@ -190,6 +193,7 @@ class Writer:
         namespace: str | None,
         subresource: str,
         resource_version: str | None,
+        metadata_only: bool = False,
     ) -> JsonObject:
         self._check()
         body = dict(patch)
@@ -204,6 +208,7 @@ class Writer:
             patch_type=patch_type,
             namespace=namespace,
             subresource=subresource,
+            metadata_only=metadata_only,
         )
 
     # -- read-decide-write loops -------------------------------------------------------------

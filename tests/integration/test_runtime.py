@@ -23,7 +23,13 @@ from conftest import Kube, wait_for
 
 from nodewright_bridge import crds, errors
 from nodewright_bridge.k8s import resources, store
-from nodewright_bridge.k8s.client import ClientSettings, build_api_client, total_requests
+from nodewright_bridge.k8s.client import (
+    ClientSettings,
+    MeteredApiClient,
+    build_api_client,
+    load_configuration,
+    total_requests,
+)
 from nodewright_bridge.k8s.events import EventRecorder, ObjectRef
 from nodewright_bridge.k8s.patching import Writer
 from nodewright_bridge.k8s.resources import Resource
@@ -485,6 +491,40 @@ def test_the_request_counter_reports_requests_by_verb_and_resource(
     labels = {"verb": "get", "resource": "configmaps", "code": "404"}
     assert sample("nwb_api_requests_total", labels) == 1
     assert json.loads(json.dumps(labels))  # labels are plain strings
+
+
+def test_writes_that_only_need_metadata_get_only_metadata_back(kube: Kube, rest: Rest) -> None:
+    ns = kube.namespace("meta")
+    body = {**configmap("cm"), "data": {"k": "v"}}
+    created = rest.create(resources.CONFIG_MAPS, body, namespace=ns, metadata_only=True)
+    assert created["kind"] == "PartialObjectMetadata"
+    assert "data" not in created
+    patch = {"metadata": {"labels": {"a": "b"}}}
+    patched = rest.patch(
+        resources.CONFIG_MAPS,
+        "cm",
+        patch,
+        patch_type=PatchType.MERGE,
+        namespace=ns,
+        metadata_only=True,
+    )
+    assert patched["metadata"]["labels"] == {"test": "runtime", "a": "b"}
+    assert int(patched["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+    assert "data" not in patched
+    full = rest.patch(resources.CONFIG_MAPS, "cm", patch, patch_type=PatchType.MERGE, namespace=ns)
+    assert full["kind"] == "ConfigMap"
+    assert "data" in full
+
+
+def test_requests_verify_the_api_server_certificate_also_by_tls_server_name(kube: Kube) -> None:
+    configuration = load_configuration(ClientSettings(kubeconfig=str(kube.kubeconfig)))
+    configuration.tls_server_name = "kubernetes.default.svc"  # a name the certificate carries
+    rest = Rest(MeteredApiClient(configuration, metrics=None, default_timeout=(5.0, 30.0)))
+    assert rest.list(resources.NODES, limit=1)["kind"] == "NodeList"
+    configuration.tls_server_name = "not-the-api-server.example"
+    rest = Rest(MeteredApiClient(configuration, metrics=None, default_timeout=(5.0, 30.0)))
+    with pytest.raises(errors.UnreachableError, match="certificate verify failed"):
+        rest.list(resources.NODES, limit=1)
 
 
 def install_product_crds(rest: Rest) -> None:

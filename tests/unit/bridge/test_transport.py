@@ -1,0 +1,226 @@
+"""The stdlib HTTP transport against a real local HTTP/1.1 server (plain TCP, keep-alive).
+
+The server is scripted per connection, so the awkward cases are exact: a pooled connection the
+server closed while idle, one it closes on the next request without answering, Retry-After
+answers, error bodies. TLS and authentication are covered against the sandbox API server.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from kubernetes import client as k8s_client
+
+from nodewright_bridge import errors
+from nodewright_bridge.k8s import resources, transport
+from nodewright_bridge.k8s.client import MeteredApiClient
+from nodewright_bridge.k8s.rest import PatchType, Rest
+from nodewright_bridge.runtime.metrics import Metrics
+
+# (connection number, request number on it, request line, body) -> raw response or None (close).
+Script = Callable[[int, int, str, bytes], bytes | None]
+
+
+def respond(status: int, body: object, *, headers: dict[str, str] | None = None) -> bytes:
+    data = json.dumps(body).encode()
+    reason = {200: "OK", 201: "Created", 409: "Conflict", 429: "Too Many Requests"}[status]
+    head = [f"HTTP/1.1 {status} {reason}", "Content-Type: application/json"]
+    head += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    head.append(f"Content-Length: {len(data)}")
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + data
+
+
+def chunked(status: int, body: object) -> bytes:
+    data = json.dumps(body).encode()
+    half = len(data) // 2
+    chunks = b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in (data[:half], data[half:]))
+    head = f"HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\n"
+    return (head + "Transfer-Encoding: chunked\r\n\r\n").encode() + chunks + b"0\r\n\r\n"
+
+
+@dataclass
+class Server:
+    script: Script
+    sock: socket.socket = field(default_factory=socket.socket)
+    connections: int = 0
+    requests: list[tuple[int, str, dict[str, str], bytes]] = field(default_factory=list)
+    close_after: set[tuple[int, int]] = field(default_factory=set)
+    closed: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def host(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            number = self.connections
+            threading.Thread(target=self._connection, args=(conn, number), daemon=True).start()
+
+    def _connection(self, conn: socket.socket, number: int) -> None:
+        reader = conn.makefile("rb")
+        with conn, reader:
+            for index in range(1_000):  # far more than any test sends on one connection
+                line = reader.readline().decode().strip()
+                if not line:
+                    return
+                headers = {}
+                while (header := reader.readline().decode().strip()) != "":
+                    key, _, value = header.partition(":")
+                    headers[key.strip().lower()] = value.strip()
+                body = reader.read(int(headers.get("content-length", "0")))
+                self.requests.append((number, line, headers, body))
+                answer = self.script(number, index, line, body)
+                if answer is None:
+                    return  # close without answering
+                conn.sendall(answer)
+                if (number, index) in self.close_after:
+                    break
+        self.closed.set()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Script], Server]]:
+    servers: list[Server] = []
+
+    def start(script: Script) -> Server:
+        server = Server(script)
+        server.sock.bind(("127.0.0.1", 0))
+        server.sock.listen()
+        threading.Thread(target=server.serve, daemon=True).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.sock.close()
+
+
+def rest_for(server: Server, metrics: Metrics | None = None) -> Rest:
+    configuration = k8s_client.Configuration()
+    configuration.host = server.host
+    configuration.api_key = {"BearerToken": "Bearer sekret"}
+    return Rest(MeteredApiClient(configuration, metrics=metrics, default_timeout=(2.0, 5.0)))
+
+
+def test_requests_reuse_one_connection_and_send_auth_and_json(serve) -> None:
+    server = serve(
+        lambda n, i, line, body: respond(200, {"n": i, "echo": json.loads(body or b"{}")})
+    )
+    rest = rest_for(server)
+    for i in range(3):
+        answer = rest.patch(
+            resources.NODES,
+            "node-1",
+            {"metadata": {"labels": {"a": str(i)}}},
+            patch_type=PatchType.MERGE,
+        )
+        assert answer == {"n": i, "echo": {"metadata": {"labels": {"a": str(i)}}}}
+    assert server.connections == 1
+    _, line, headers, _ = server.requests[0]
+    assert line == "PATCH /api/v1/nodes/node-1 HTTP/1.1"
+    assert headers["authorization"] == "Bearer sekret"
+    assert headers["content-type"] == "application/merge-patch+json"
+
+
+def test_chunked_answers_are_read_whole(serve) -> None:
+    items = [{"metadata": {"name": f"node-{i}"}} for i in range(50)]
+    server = serve(lambda n, i, line, body: chunked(200, {"items": items}))
+    assert rest_for(server).list(resources.NODES)["items"] == items
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_reused(serve) -> None:
+    server = serve(lambda n, i, line, body: respond(200, {"connection": n}))
+    server.close_after = {(1, 0)}  # connection 1 hangs up right after its first answer
+    rest = rest_for(server)
+    assert rest.get(resources.NODES, "a") == {"connection": 1}
+    assert server.closed.wait(5)
+    pool = rest._transport
+    assert pool is not None
+    (idle,) = pool._idle
+    assert transport._dropped(idle)  # so it is closed, not used
+    assert rest.get(resources.NODES, "a") == {"connection": 2}
+    assert not transport._dropped(pool._idle[0])
+
+
+def test_a_pooled_connection_closed_on_the_next_request_is_retried_on_a_new_one(serve) -> None:
+    def script(n: int, i: int, line: str, body: bytes) -> bytes | None:
+        if n == 1 and i == 1:
+            return None  # the server hangs up instead of answering the second request
+        return respond(200, {"connection": n, "request": i})
+
+    server = serve(script)
+    rest = rest_for(server)
+    assert rest.get(resources.NODES, "a") == {"connection": 1, "request": 0}
+    assert rest.get(resources.NODES, "a") == {"connection": 2, "request": 0}
+
+
+def test_a_fresh_connection_that_fails_is_an_unreachable_error(serve) -> None:
+    server = serve(lambda n, i, line, body: None)
+    with pytest.raises(errors.UnreachableError, match="API server unreachable"):
+        rest_for(server).get(resources.NODES, "a")
+    assert server.connections == 1  # not retried: nothing says the server is merely stale
+
+
+def test_an_unreachable_api_server_is_a_clear_error() -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there
+    configuration = k8s_client.Configuration()
+    configuration.host = f"http://127.0.0.1:{port}"
+    rest = Rest(MeteredApiClient(configuration, metrics=None, default_timeout=(1.0, 1.0)))
+    with pytest.raises(errors.UnreachableError, match="ConnectionRefused"):
+        rest.get(resources.NODES, "a")
+
+
+def test_error_answers_are_classified_with_their_status_body(serve) -> None:
+    status = {"kind": "Status", "reason": "Conflict", "message": "the object has been modified"}
+    server = serve(lambda n, i, line, body: respond(409, status))
+    with pytest.raises(errors.ConflictError, match="has been modified"):
+        rest_for(server).get(resources.NODES, "a")
+
+
+def test_retry_after_is_honoured_for_reads_but_not_for_creates(serve) -> None:
+    def script(n: int, i: int, line: str, body: bytes) -> bytes | None:
+        if line.startswith("GET") and sum(1 for r in server.requests if "GET" in r[1]) == 1:
+            return respond(429, {"reason": "TooManyRequests"}, headers={"Retry-After": "0"})
+        if line.startswith("POST"):
+            return respond(429, {"reason": "TooManyRequests"}, headers={"Retry-After": "0"})
+        return respond(200, {"ok": True})
+
+    server = serve(script)
+    rest = rest_for(server)
+    assert rest.get(resources.NODES, "a") == {"ok": True}
+    with pytest.raises(errors.TooManyRequestsError):
+        rest.create(resources.NODES, {"metadata": {"name": "a"}})
+    posts = [r for r in server.requests if r[1].startswith("POST")]
+    assert len(posts) == 1
+
+
+def test_requests_are_counted_by_verb_resource_and_code(serve) -> None:
+    server = serve(lambda n, i, line, body: respond(201, {"metadata": {"name": "p"}}))
+    metrics = Metrics()
+    rest_for(server, metrics).create(resources.PODS, {"metadata": {"name": "p"}}, namespace="ns")
+    value = metrics.registry.get_sample_value(
+        "nwb_api_requests_total", {"verb": "create", "resource": "pods", "code": "201"}
+    )
+    assert value == 1.0
+
+
+def test_a_proxy_configuration_keeps_the_urllib3_path() -> None:
+    configuration = k8s_client.Configuration()
+    configuration.host = "https://10.0.0.1:6443"
+    configuration.proxy = "http://proxy.internal:3128"
+    assert transport.for_configuration(configuration, timeout=(1, 1), pool_size=1) is None
+    configuration.proxy = None
+    assert transport.for_configuration(configuration, timeout=(1, 1), pool_size=1) is not None
