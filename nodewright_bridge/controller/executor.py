@@ -23,11 +23,12 @@ Fewer, parallel writes (issue 5: a rollout must stay within 10 % of its batches'
   before the first action that acts on the world (pod create/delete, drain) and at the end. One
   patch is atomic, so "record before work" and "state before pod" hold exactly as with separate
   writes; Events that followed a Node change are posted after the merged write succeeded;
-- different nodes are independent: :meth:`Executor.apply_nodes` runs each node's list on a
-  bounded thread pool (:data:`NODE_CONCURRENCY`), one node's actions always in order on one
-  thread; a conflict on one node skips only that node's remaining actions;
-- the vars ConfigMap of a package is created once per ``apply_nodes`` call, not once per pod,
-  while the first Node writes go out (pod creates wait for it);
+- different nodes are independent: :class:`NodeWrites` runs each node's list on a bounded thread
+  pool (:data:`NODE_CONCURRENCY`), one node's actions always in order on one thread, a node that
+  starts pods as soon as the pass has planned it; a conflict on one node skips only that node's
+  remaining actions;
+- the vars ConfigMap of a package is created once per pass, not once per pod, while the first
+  Node writes go out (pod creates wait for it);
 - pods whose result is recorded (or that must go) are deleted by a small background pool, not
   by the pass: the Node write that recorded the result came first, and a delete that never
   happens (the process died) is planned again from the next snapshot, where the pod still is;
@@ -315,47 +316,12 @@ class Executor:
 
     # -- nodes -------------------------------------------------------------------------------
 
-    def apply_nodes(
-        self,
-        cr: NodeWright,
-        works: Sequence[NodeWork],
-        outcome: Outcome,
-        *,
-        others: Mapping[str, Mapping[str, str | None]] | None = None,
-        defer: bool = True,
-    ) -> None:
-        """Apply every node's work: nodes in parallel, each node's actions in order.
+    def applying(self, cr: NodeWright, outcome: Outcome, *, defer: bool = True) -> NodeWrites:
+        """Start applying node work for ``cr`` (see :class:`NodeWrites`); use as a context.
 
-        ``others`` are annotation changes (batch records) of nodes without work here, written
-        unconditionally in the same pass, after the nodes that work. Raises the first unexpected
-        error (after every node was tried), like a sequential loop would, so the reconcile is
-        retried; lost write races only requeue (``outcome``). ``defer=False``: write all
-        bookkeeping now (see :data:`BOOKKEEPING_PER_PASS`).
+        ``defer=False``: write all bookkeeping now (see :data:`BOOKKEEPING_PER_PASS`).
         """
-        ready = self._prepare_config_maps(cr, works)
-        bookkeeping = [w for w in works if _bookkeeping(w)]
-        if defer and len(bookkeeping) > BOOKKEEPING_PER_PASS:
-            deferred = {id(w) for w in bookkeeping[BOOKKEEPING_PER_PASS:]}
-            works = [w for w in works if id(w) not in deferred]
-            outcome.soon(DEFERRED_RETRY_SECONDS)
-        # Nodes that start pods first: they are on the rollout's critical path.
-        works = sorted(works, key=lambda w: not any(isinstance(a, _STARTS_PODS) for a in w.actions))
-        shares = [Outcome() for _ in works]
-        calls = [
-            partial(self._apply_work, cr, work, share, ready)
-            for work, share in zip(works, shares, strict=True)
-        ]
-        calls.extend(
-            partial(self._write_annotations, node, notes)
-            for node, notes in sorted((others or {}).items())
-        )
-        starts = any(isinstance(a, _STARTS_PODS) for w in works for a in w.actions)
-        try:
-            with self._foreground.running() if starts else contextlib.nullcontext():
-                _in_parallel(calls)
-        finally:
-            for share in shares:
-                outcome.absorb(share)
+        return NodeWrites(self, cr, outcome, defer=defer)
 
     def _write_annotations(self, node: str, annotations: Mapping[str, str | None]) -> None:
         body = {"metadata": {"annotations": dict(annotations)}}
@@ -405,21 +371,6 @@ class Executor:
                 warning=note.warning,
                 cr=cr if note.kind == "NodeWright" else None,
             )
-
-    def _prepare_config_maps(
-        self, cr: NodeWright, works: Sequence[NodeWork]
-    ) -> dict[str, Future[None]]:
-        """Start creating the vars ConfigMap of every package a pod is about to start for, once,
-        while the Node writes that precede the pods go out (a pod create waits for its map)."""
-        packages = sorted(
-            {
-                action.package
-                for work in works
-                for action in work.actions
-                if isinstance(action, _STARTS_PODS) and action.package in cr.spec.packages
-            }
-        )
-        return {package: self._ensure_config_map_soon(cr, package) for package in packages}
 
     def _ensure_config_map_soon(self, cr: NodeWright, package: str) -> Future[None]:
         done: Future[None] = Future()
@@ -823,21 +774,105 @@ def _bookkeeping(work: NodeWork) -> bool:
     return bool(work.annotations) or any(not isinstance(a, _FREE) for a in work.actions)
 
 
-def _in_parallel(calls: Sequence[Callable[[], None]]) -> None:
-    """Run independent calls on at most NODE_CONCURRENCY threads; once all ended, raise the
-    first error (in call order), as a loop that carried on past failures would."""
-    if not calls:
-        return
-    if len(calls) == 1:
-        calls[0]()
-        return
-    workers = min(NODE_CONCURRENCY, len(calls))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="node-writes") as pool:
-        futures: list[Future[None]] = [pool.submit(call) for call in calls]
-    for future in futures:
-        error = future.exception()
-        if error is not None:
-            raise error
+class NodeWrites:
+    """The node work of one pass, applied while the pass is still planning it.
+
+    A node that starts pods is written the moment :meth:`add` hands it over (a batch's first
+    pods start while the planner still works through its last nodes, and the API server, idle
+    while a pass plans, gets the writes sooner); any other work waits until the pass ends, so
+    the nodes on the rollout's critical path go first. Nodes run in parallel on at most
+    :data:`NODE_CONCURRENCY` threads, each node's actions in order on one thread. Leaving the
+    context writes the held work (bookkeeping capped, see :data:`BOOKKEEPING_PER_PASS`) and the
+    batch records of nodes without work, waits for everything, and raises the first error in
+    the order the work was handed over (after every node was tried, as a loop that carried on
+    past failures would); lost write races only requeue (the pass's ``Outcome``).
+    """
+
+    def __init__(self, executor: Executor, cr: NodeWright, outcome: Outcome, *, defer: bool):
+        self._executor = executor
+        self._cr = cr
+        self._outcome = outcome
+        self._defer = defer
+        self._held: list[NodeWork] = []
+        self._others: dict[str, Mapping[str, str | None]] = {}
+        self._config_maps: dict[str, Future[None]] = {}
+        self._futures: list[Future[None]] = []
+        self._shares: list[Outcome] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._stack = contextlib.ExitStack()
+        self._starting = False
+
+    def __enter__(self) -> NodeWrites:
+        return self
+
+    def add(self, work: NodeWork) -> None:
+        """Hand over one node's work: started now if it starts pods, else held until the end."""
+        starts = [a for a in work.actions if isinstance(a, _STARTS_PODS)]
+        if not starts:
+            self._held.append(work)
+            return
+        if not self._starting:
+            self._starting = True
+            self._stack.enter_context(self._executor._foreground.running())
+        for action in starts:
+            package = action.package
+            if package in self._cr.spec.packages and package not in self._config_maps:
+                # created once per pass, while the Node writes before the pods go out
+                self._config_maps[package] = self._executor._ensure_config_map_soon(
+                    self._cr, package
+                )
+        self._submit(work)
+
+    def others(self, annotations: Mapping[str, Mapping[str, str | None]]) -> None:
+        """Annotation changes (batch records) of nodes without work here, written at the end,
+        unconditionally."""
+        self._others.update(annotations)
+
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
+        try:
+            if error is None:
+                self._submit_held()
+            self._wait()
+        finally:
+            self._stack.close()
+        if error is None:
+            for future in self._futures:
+                failure = future.exception()
+                if failure is not None:
+                    raise failure
+
+    def _submit_held(self) -> None:
+        held = self._held
+        bookkeeping = [w for w in held if _bookkeeping(w)]
+        if self._defer and len(bookkeeping) > BOOKKEEPING_PER_PASS:
+            deferred = {id(w) for w in bookkeeping[BOOKKEEPING_PER_PASS:]}
+            held = [w for w in held if id(w) not in deferred]
+            self._outcome.soon(DEFERRED_RETRY_SECONDS)
+        for work in held:
+            self._submit(work)
+        for node, notes in sorted(self._others.items()):
+            self._futures.append(
+                self._threads().submit(self._executor._write_annotations, node, notes)
+            )
+
+    def _submit(self, work: NodeWork) -> None:
+        share = Outcome()
+        self._shares.append(share)
+        call = partial(self._executor._apply_work, self._cr, work, share, self._config_maps)
+        self._futures.append(self._threads().submit(call))
+
+    def _threads(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                max_workers=NODE_CONCURRENCY, thread_name_prefix="node-writes"
+            )
+        return self._pool
+
+    def _wait(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        for share in self._shares:
+            self._outcome.absorb(share)
 
 
 def _dump_cordon(record: CordonRecord) -> str:

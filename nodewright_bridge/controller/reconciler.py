@@ -394,64 +394,66 @@ class NodeWrightReconciler:
         unpickable = {n: "node has the ignore label" for n in plan.ignored}
         unpickable.update({b.node: b.reason for b in plan.blocked})
         wakeups: list[datetime] = []
-        works: list[NodeWork] = []
-        for node_name, snap in snaps.items():
-            key = _plan_key(
-                snap,
-                allowed=node_name in allowed,
-                paused=paused or plan.paused,
-                order=plan.orders.get(node_name),
-                unpickable=unpickable.get(node_name, ""),
-            )
-            probe_key, probe = probes[node_name]
-            # The planner is pure: the probe already answered an identical input.
-            node_plan = (
-                probe
-                if key == probe_key
-                else self._plan(cr, snap, key, now, paused=paused, disabled=disabled)
-            )
-            extra = self._runtime_taint_actions(cr, snap, node_plan, crs)
-            node_actions = (*node_plan.actions, *extra)
-            notes: list[EventNote] = []
-            node_status[node_name] = node_plan.status
-            failures.extend(node_plan.failures)
-            if node_plan.requeue_at is not None:
-                wakeups.append(node_plan.requeue_at)
-            if node_plan.status is Status.COMPLETE and snap.status is not Status.COMPLETE:
-                notes.append(
-                    EventNote(
-                        "Node", node_name, "NodeWrightComplete", f"all packages of {name} complete"
-                    )
+        works = 0
+        # Nodes that start pods are written while the rest are still planned. Once the rollout
+        # is done, every node's record lands before the status says so (no deferral).
+        with self.executor.applying(cr, outcome, defer=not plan.complete) as writes:
+            for node_name, snap in snaps.items():
+                key = _plan_key(
+                    snap,
+                    allowed=node_name in allowed,
+                    paused=paused or plan.paused,
+                    order=plan.orders.get(node_name),
+                    unpickable=unpickable.get(node_name, ""),
                 )
-            for failure in node_plan.failures:
-                if failure.final:
-                    why = aggregation.describe_failure(failure)
-                    notes.append(EventNote("NodeWright", name, "PackageFailed", why, warning=True))
-            if node_actions or notes or node_name in records:
-                works.append(
-                    NodeWork(
-                        node=snap,
-                        actions=node_actions,
-                        workload_pods=(
-                            self._stores.pods.by_index(caches.BY_NODE, node_name)
-                            if node_actions
-                            else ()
-                        ),
-                        annotations=records.get(node_name, {}),
-                        events=notes,
-                    )
+                probe_key, probe = probes[node_name]
+                # The planner is pure: the probe already answered an identical input.
+                node_plan = (
+                    probe
+                    if key == probe_key
+                    else self._plan(cr, snap, key, now, paused=paused, disabled=disabled)
                 )
-            if snap.blocking_pdbs and node_name in allowed and snap.facts.pods_to_evict:
-                outcome.pdb_blocked.setdefault(node_name, []).extend(snap.blocking_pdbs)
-        planned = time.monotonic()
-        self.executor.apply_nodes(
-            cr,
-            works,
-            outcome,
-            others={n: a for n, a in records.items() if n not in snaps},
-            # once the rollout is done, every node's record lands before the status says so
-            defer=not plan.complete,
-        )
+                extra = self._runtime_taint_actions(cr, snap, node_plan, crs)
+                node_actions = (*node_plan.actions, *extra)
+                notes: list[EventNote] = []
+                node_status[node_name] = node_plan.status
+                failures.extend(node_plan.failures)
+                if node_plan.requeue_at is not None:
+                    wakeups.append(node_plan.requeue_at)
+                if node_plan.status is Status.COMPLETE and snap.status is not Status.COMPLETE:
+                    notes.append(
+                        EventNote(
+                            "Node",
+                            node_name,
+                            "NodeWrightComplete",
+                            f"all packages of {name} complete",
+                        )
+                    )
+                for failure in node_plan.failures:
+                    if failure.final:
+                        why = aggregation.describe_failure(failure)
+                        notes.append(
+                            EventNote("NodeWright", name, "PackageFailed", why, warning=True)
+                        )
+                if node_actions or notes or node_name in records:
+                    works += 1
+                    writes.add(
+                        NodeWork(
+                            node=snap,
+                            actions=node_actions,
+                            workload_pods=(
+                                self._stores.pods.by_index(caches.BY_NODE, node_name)
+                                if node_actions
+                                else ()
+                            ),
+                            annotations=records.get(node_name, {}),
+                            events=notes,
+                        )
+                    )
+                if snap.blocking_pdbs and node_name in allowed and snap.facts.pods_to_evict:
+                    outcome.pdb_blocked.setdefault(node_name, []).extend(snap.blocking_pdbs)
+            planned = time.monotonic()
+            writes.others({n: a for n, a in records.items() if n not in snaps})
 
         status = aggregation.aggregate(
             aggregation.rollout_input(
@@ -486,7 +488,7 @@ class NodeWrightReconciler:
                 "cr": name,
                 "nodes": len(node_status),
                 "allowed": len(allowed),
-                "works": len(works),
+                "works": works,
                 "planning_seconds": round(planned - started, 3),
                 "seconds": round(time.monotonic() - started, 3),
             },

@@ -78,6 +78,12 @@ class Rest:
         )
         self._observe = getattr(api_client, "observe", None)
 
+    def close(self) -> None:
+        """Close the idle connections and the client's pool."""
+        if self._transport is not None:
+            self._transport.close()
+        self.api_client.close()  # type: ignore[no-untyped-call]  # the client has no hints
+
     # -- reads -------------------------------------------------------------------------------
 
     def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> JsonObject:

@@ -275,7 +275,9 @@ class Informer:
         )
         with self._lock:
             self._stream = stream
-        if self._stop.is_set():
+            # restart_watch() ran while this watch was being opened: its close found no stream.
+            moved = self._resource_version != start_rv
+        if self._stop.is_set() or moved:
             stream.close()
         try:
             for kind, obj in stream:

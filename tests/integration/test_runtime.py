@@ -57,11 +57,11 @@ def metrics() -> Metrics:
 
 @pytest.fixture
 def rest(kube: Kube, metrics: Metrics) -> Iterator[Rest]:
-    api = build_api_client(ClientSettings(kubeconfig=str(kube.kubeconfig)), metrics=metrics)
+    rest = Rest(build_api_client(ClientSettings(kubeconfig=str(kube.kubeconfig)), metrics=metrics))
     try:
-        yield Rest(api)
+        yield rest
     finally:
-        api.close()
+        rest.close()
 
 
 class Recorder:
