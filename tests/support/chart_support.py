@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +35,8 @@ CHART_CRDS = CHART / "crds"
 # The sandbox's kube-apiserver issues and accepts tokens for its --service-account-issuer.
 TOKEN_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
 HELM_TIMEOUT = "120s"
+# An HTTP 403 in a log line, as a number of its own (a port such as 40315 is not one).
+_HTTP_403 = re.compile(r"(?<![\d.])403(?![\d.])")
 
 
 def helm_binary() -> str:
@@ -229,7 +232,7 @@ class Controller:
         return [
             line
             for line in self.log_text().splitlines()
-            if "forbidden" in line.lower() or '"status": 403' in line or " 403" in line
+            if "forbidden" in line.lower() or _HTTP_403.search(line)
         ]
 
 
