@@ -21,6 +21,10 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from nodewright_bridge import crds, errors
+from nodewright_bridge.k8s import resources
+from nodewright_bridge.k8s.resources import Resource
+from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.sandbox import Sandbox, binaries
 from nodewright_bridge.sandbox.controlplane import ControlPlane
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode
@@ -150,3 +154,25 @@ def kube(kube_client: client.ApiClient, sandbox: Sandbox) -> Iterator[Kube]:
         yield helper
     finally:
         helper.cleanup()
+
+
+CRDS = Resource(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+)
+
+
+def install_product_crds(rest: Rest) -> None:
+    """The NodeWright and DeploymentPolicy CRDs, which the controller's informers watch."""
+    for crd in crds.all_crds():
+        with contextlib.suppress(errors.AlreadyExistsError):
+            rest.create(CRDS, crd)
+
+    def served() -> bool:
+        try:
+            rest.list(resources.NODEWRIGHTS)
+            rest.list(resources.DEPLOYMENT_POLICIES)
+        except errors.NotFoundError:
+            return False
+        return True
+
+    wait_for(served, what="product CRDs served")

@@ -3,7 +3,6 @@ leader election with two electors, conditional writes, finalizers, Events, the m
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -19,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Kube, wait_for
+from conftest import CRDS, Kube, install_product_crds, wait_for
 
-from nodewright_bridge import crds, errors
+from nodewright_bridge import errors
 from nodewright_bridge.k8s import resources, store
 from nodewright_bridge.k8s.client import (
     ClientSettings,
@@ -43,9 +42,6 @@ from nodewright_bridge.runtime.reconciling import Result
 
 pytestmark = pytest.mark.integration
 
-CRDS = Resource(
-    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
-)
 # Short Lease timings keep the election tests quick; the ordering invariant is the same.
 FAST_ELECTION = ElectionSettings(lease_duration=3.0, renew_deadline=2.0, retry_period=0.3)
 
@@ -525,23 +521,6 @@ def test_requests_verify_the_api_server_certificate_also_by_tls_server_name(kube
     rest = Rest(MeteredApiClient(configuration, metrics=None, default_timeout=(5.0, 30.0)))
     with pytest.raises(errors.UnreachableError, match="certificate verify failed"):
         rest.list(resources.NODES, limit=1)
-
-
-def install_product_crds(rest: Rest) -> None:
-    """The NodeWright and DeploymentPolicy CRDs, which the controller's informers watch."""
-    for crd in crds.all_crds():
-        with contextlib.suppress(errors.AlreadyExistsError):
-            rest.create(CRDS, crd)
-
-    def served() -> bool:
-        try:
-            rest.list(resources.NODEWRIGHTS)
-            rest.list(resources.DEPLOYMENT_POLICIES)
-        except errors.NotFoundError:
-            return False
-        return True
-
-    wait_for(served, what="product CRDs served")
 
 
 def test_nwb_controller_runs_and_releases_its_lease_on_sigterm(kube: Kube, rest: Rest) -> None:
