@@ -237,7 +237,7 @@ def from_http(
     details = body.get("details")
     details = details if isinstance(details, dict) else {}
     causes = _parse_causes(details.get("causes"))
-    retry_after = _retry_after(headers, details.get("retryAfterSeconds"))
+    retry_after = retry_after_seconds(headers, details.get("retryAfterSeconds"))
 
     def make(cls: type[ApiError]) -> ApiError:
         return cls(
@@ -310,7 +310,10 @@ def _parse_causes(raw: object) -> list[Cause]:
     return causes
 
 
-def _retry_after(headers: Mapping[str, str] | None, details_seconds: object) -> float | None:
+def retry_after_seconds(
+    headers: Mapping[str, str] | None, details_seconds: object = None
+) -> float | None:
+    """The wait an answer asks for: its Retry-After header, else the Status details' seconds."""
     header = None
     if headers is not None:
         header = headers.get("Retry-After") or headers.get("retry-after")

@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 
 from kubernetes import client as k8s_client
 
+from nodewright_bridge.errors import retry_after_seconds
+
 # The API server answers 429 (max-in-flight, flow control, a watch cache still initializing) and
 # 503 with Retry-After; an idempotent request waits that long and goes again, at most this often
 # (as the client's urllib3 retry did, and client-go does), each wait capped.
@@ -218,12 +220,8 @@ def _retry_after(answer: Answer) -> float | None:
     """Seconds to wait before sending again, when the answer asks for it."""
     if answer.status not in _RETRY_AFTER_STATUS:
         return None
-    value = answer.headers.get("Retry-After") or answer.headers.get("retry-after")
-    try:
-        seconds = float(value) if value is not None else -1.0
-    except ValueError:
-        return None
-    return min(seconds, RETRY_AFTER_CAP_SECONDS) if seconds >= 0 else None
+    seconds = retry_after_seconds(answer.headers)
+    return min(seconds, RETRY_AFTER_CAP_SECONDS) if seconds is not None else None
 
 
 def _dropped(conn: http.client.HTTPConnection) -> bool:
