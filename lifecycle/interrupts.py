@@ -9,6 +9,11 @@ Rules (NodeWright's, reference §2.2 and §3.5):
   noop; equal ``service`` interrupts merge into one with the union of services, sorted. Packages
   are visited by name; the owner is the first package offering the winning interrupt.
 
+The role decides (ARCHITECTURE.md §5 item 11): a package the CR gives no ``interrupt`` uses the
+one its manifest declares (``declared``, reported by its pods) for install and upgrade cycles, and
+every cycle adds what its runs asked for (``requested``: a deferred reboot or service restarts).
+A CR that sets ``interrupt`` owns the package's interrupts: requests are recorded, not acted on.
+
 Unlike NodeWright, removed keys count as changed (a removed sysctl is a change too), and the
 changed keys are remembered per node entry, not CR-wide, so a node joining later is not affected by
 another node's config history.
@@ -58,11 +63,43 @@ def matched_config_interrupts(package: Package, changed_keys: Iterable[str]) -> 
     return found
 
 
-def cycle_interrupts(package: Package, changed_keys: Sequence[str]) -> list[Interrupt]:
+def cycle_interrupts(
+    package: Package,
+    changed_keys: Sequence[str],
+    *,
+    declared: Interrupt | None = None,
+    requested: Interrupt | None = None,
+) -> list[Interrupt]:
     """Interrupts a cycle of ``package`` needs; ``changed_keys`` empty means install/upgrade."""
     if changed_keys:
-        return matched_config_interrupts(package, changed_keys)
-    return [package.interrupt] if package.interrupt is not None else []
+        found = matched_config_interrupts(package, changed_keys)
+    elif package.interrupt is not None:
+        found = [package.interrupt]
+    else:
+        found = [declared] if declared is not None else []
+    if requested is not None and package.interrupt is None:
+        found.append(requested)
+    return found
+
+
+def overridden(package: Package, requested: Interrupt | None) -> bool:
+    """The CR's own interrupt wins over what the role's runs asked for."""
+    return requested is not None and package.interrupt is not None
+
+
+def requested_interrupt(
+    previous: Interrupt | None, *, reboot: bool, services: Sequence[str]
+) -> Interrupt | None:
+    """Merge a run's requests into what earlier runs of the same cycle asked for."""
+    asked = [previous] if previous is not None else []
+    if reboot:
+        asked.append(Interrupt(type=InterruptType.REBOOT))
+    if services:
+        asked.append(Interrupt(type=InterruptType.SERVICE, services=sorted(set(services))))
+    merged = merge({"run": asked})
+    if merged is None:
+        return None
+    return Interrupt(type=merged.type, services=list(merged.services))
 
 
 def merge(candidates: Mapping[str, Sequence[Interrupt]]) -> MergedInterrupt | None:

@@ -13,7 +13,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from lifecycle.spec import PREFIX
+from lifecycle.spec import PREFIX, Interrupt
 from lifecycle.wire import WireModel
 
 CORDON_ANNOTATION = f"{PREFIX}cordon"
@@ -75,6 +75,21 @@ class PackageState(WireModel):
     message: str = Field(default="", description="Why the last attempt failed (truncated).")
     interrupt: str = Field(
         default="", description="Interrupt type this entry's interrupt pod runs (owner only)."
+    )
+    declared: Interrupt | None = Field(
+        default=None, description="The package's own interrupt (manifest), as its pods report."
+    )
+    requested: Interrupt | None = Field(
+        default=None,
+        description="What this cycle's runs asked for (reboot, service restarts); overridden "
+        "when the CR sets the package's interrupt.",
+    )
+    content: str = Field(
+        default="",
+        description="Image digest applied ('-' when none was pinned; empty: not recorded).",
+    )
+    pending_handlers: list[str] = Field(
+        default_factory=list, description="Handlers a failed attempt left owed (run next time)."
     )
 
 

@@ -9,7 +9,9 @@ Guarantees:
 - ``AgentResult.to_termination_message`` always returns valid JSON of at most ``max_bytes`` UTF-8
   bytes. When the full result does not fit it first shortens the failure message, then drops the
   details of stages that did not fail, then all stage details, and marks ``truncated``. The facts
-  the controller decides on (failed or not, failing stage, rebootRequested) survive every step.
+  the controller decides on (failed or not, failing stage, what the role asked for: the package's
+  declared interrupt, rebootRequested, deferred service restarts, pending handlers) survive every
+  step; only their human-readable reasons may be dropped.
 - ``parse_termination_message`` never raises: garbage (empty, not JSON, wrong shape, a pod killed
   before writing) comes back as a result with ``unparseable`` set and a short excerpt of the text.
 """
@@ -21,6 +23,7 @@ from enum import StrEnum
 
 from pydantic import Field, ValidationError
 
+from lifecycle.spec import Interrupt
 from lifecycle.wire import WireModel
 
 RESULT_VERSION = 1
@@ -33,6 +36,10 @@ MIN_TERMINATION_BYTES = 256
 MAX_NAME_CHARS = 200
 # Enough of an unparseable message to recognise what produced it, short enough for a condition.
 RAW_EXCERPT_CHARS = 200
+# Handler names and reasons are for people and the node state; beyond these they are cut (unit
+# names, which decide the interrupt, never are: too many of them escalate to a reboot instead).
+MAX_REQUEST_ITEMS = 16
+MAX_REQUEST_NAME_CHARS = 100
 ELLIPSIS = "…"
 
 
@@ -67,7 +74,23 @@ class AgentResult(WireModel):
     stages: list[StageResult] = Field(default_factory=list, description="Stages in run order.")
     failure: Failure | None = Field(default=None, description="First failure, null on success.")
     reboot_requested: bool = Field(
-        default=False, description="The role asked for a reboot (handler or fact); not performed."
+        default=False,
+        description="The run asked for a reboot (handler, reboot task, reboot-required file); "
+        "not performed: the controller drains first.",
+    )
+    restart_services: list[str] = Field(
+        default_factory=list,
+        description="Units whose restart handlers were deferred to the controller's interrupt.",
+    )
+    pending_handlers: list[str] = Field(
+        default_factory=list,
+        description="Handlers notified but not run (the run failed first); the next run runs them.",
+    )
+    declared_interrupt: Interrupt | None = Field(
+        default=None, description="The package manifest's interrupt (used when the CR sets none)."
+    )
+    request_reasons: list[str] = Field(
+        default_factory=list, description="Why a reboot or restart was asked for (for people)."
     )
     truncated: bool = Field(default=False, description="Details were dropped to fit 4 KiB.")
     stages_omitted: int = Field(default=0, ge=0, description="Stage entries dropped to fit.")
@@ -100,7 +123,26 @@ class AgentResult(WireModel):
             text = _dump(self._minimal(limit))
             if _size(text) <= max_bytes:
                 return text
-        raise AssertionError("unreachable: the empty minimal result is ~250 bytes")
+        # Unit lists too long to carry: a reboot covers every restart, so nothing asked for is
+        # lost, only the finer choice (real roles restart a handful of units; this is a backstop).
+        minimal = self._minimal(0)
+        asked = minimal.reboot_requested or bool(minimal.restart_services)
+        declared = minimal.declared_interrupt
+        if declared is not None and declared.services:
+            asked = True
+            declared = None
+        escalated = minimal.model_copy(
+            update={
+                "reboot_requested": asked,
+                "restart_services": [],
+                "pending_handlers": [],
+                "declared_interrupt": declared,
+            }
+        )
+        text = _dump(escalated)
+        if _size(text) <= max_bytes:
+            return text
+        raise AssertionError("unreachable: the escalated minimal result is ~300 bytes")
 
     def _shrinking(self) -> list[AgentResult]:
         """Ever smaller variants, in the order we are willing to lose information."""
@@ -120,6 +162,8 @@ class AgentResult(WireModel):
                 "package": _cut(self.package, MAX_NAME_CHARS),
                 "version": _cut(self.version, MAX_NAME_CHARS),
                 "raw": _cut(self.raw, RAW_EXCERPT_CHARS),
+                "pending_handlers": _cut_names(self.pending_handlers),
+                "request_reasons": _cut_names(self.request_reasons),
                 "stages": [
                     s.model_copy(update={"name": _cut(s.name, MAX_NAME_CHARS)}) for s in self.stages
                 ],
@@ -137,6 +181,13 @@ class AgentResult(WireModel):
             base.model_copy(
                 update={"stages": [], "stages_omitted": self.stages_omitted + len(base.stages)}
             ),
+            base.model_copy(
+                update={
+                    "stages": [],
+                    "stages_omitted": self.stages_omitted + len(base.stages),
+                    "request_reasons": [],
+                }
+            ),
         ]
 
     def _minimal(self, limit: int) -> AgentResult:
@@ -153,6 +204,9 @@ class AgentResult(WireModel):
             version=_cut(self.version, limit),
             failure=failure,
             reboot_requested=self.reboot_requested,
+            restart_services=self.restart_services,
+            pending_handlers=[_cut(n, limit) for n in self.pending_handlers[:MAX_REQUEST_ITEMS]],
+            declared_interrupt=self.declared_interrupt,
             truncated=True,
             stages_omitted=self.stages_omitted + len(self.stages),
             unparseable=self.unparseable,
@@ -190,6 +244,10 @@ def _cut(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[: limit - 1] + ELLIPSIS if limit > 0 else ""
+
+
+def _cut_names(names: list[str]) -> list[str]:
+    return [_cut(name, MAX_REQUEST_NAME_CHARS) for name in names[:MAX_REQUEST_ITEMS]]
 
 
 def _fit_message(result: AgentResult, max_bytes: int) -> str | None:

@@ -86,6 +86,8 @@ MESSAGE_MAX = 240
 CONFIG_HASH_CHARS = 16
 KEY_DIGEST_CHARS = 10
 RESOURCE_ID_CHARS = 24
+# The changed-key name of a secretVars reference change (a configInterrupts glob may match it).
+SECRET_VARS_KEY = "secretVars"
 
 PRE_INTERRUPT = frozenset({Stage.APPLY, Stage.UPGRADE, Stage.CONFIG, Stage.UNINSTALL})
 INTERRUPT_STAGES = frozenset({Stage.INTERRUPT, Stage.UNINSTALL_INTERRUPT})
@@ -210,9 +212,20 @@ def _sha(text: str) -> str:
 
 
 def config_hash(package: Package) -> str:
-    """Hash of what a config stage applies: the package's ``vars`` and ``configMap``."""
-    payload = _stable_json({"vars": package.vars, "configMap": package.config_map})
-    return _sha(payload)[:CONFIG_HASH_CHARS]
+    """Hash of what a config stage applies: ``vars``, ``configMap`` and the ``secretVars`` refs.
+
+    The refs join the payload only when there are any, so the hash of a package without them is
+    the one earlier versions recorded (no fleet-wide config run after a controller upgrade).
+    """
+    payload: dict[str, object] = {"vars": package.vars, "configMap": package.config_map}
+    if package.secret_vars:
+        payload["secretVars"] = [ref.to_wire() for ref in package.secret_vars]
+    return _sha(_stable_json(payload))[:CONFIG_HASH_CHARS]
+
+
+def content_id(package: Package) -> str:
+    """What the package's image content is pinned to: its digest, or ``-`` for the tag."""
+    return package.digest or "-"
 
 
 def config_digests(package: Package) -> dict[str, str]:
@@ -222,6 +235,9 @@ def config_digests(package: Package) -> dict[str, str]:
     for name in sorted(names):
         value = {"var": package.vars.get(name), "file": package.config_map.get(name)}
         out[name] = _sha(_stable_json(value))[:KEY_DIGEST_CHARS]
+    if package.secret_vars:
+        refs = [ref.to_wire() for ref in package.secret_vars]
+        out[SECRET_VARS_KEY] = _sha(_stable_json(refs))[:KEY_DIGEST_CHARS]
     return out
 
 
@@ -370,8 +386,12 @@ def _uninstall_requested(pkg: Package) -> bool:
 
 def _entry_interrupts(pkg: Package, entry: PackageState) -> list[Interrupt]:
     if entry.stage in (Stage.UNINSTALL, Stage.UNINSTALL_INTERRUPT):
-        return [pkg.interrupt] if pkg.interrupt is not None else []
-    return interrupts.cycle_interrupts(pkg, entry.changed_keys)
+        changed: list[str] = []  # an uninstall cycle interrupts like an install
+    else:
+        changed = entry.changed_keys
+    return interrupts.cycle_interrupts(
+        pkg, changed, declared=entry.declared, requested=entry.requested
+    )
 
 
 def _is_terminal(pkg: Package, entry: PackageState) -> bool:
@@ -387,7 +407,18 @@ def _converged(work: _Work, name: str, pkg: Package) -> bool:
     entry = work.state.get(package_key(name, pkg.version))
     if _uninstall_requested(pkg):
         return entry is None
-    return entry is not None and _is_terminal(pkg, entry) and entry.config_hash == config_hash(pkg)
+    return (
+        entry is not None
+        and _is_terminal(pkg, entry)
+        and entry.config_hash == config_hash(pkg)
+        and not _content_changed(entry, pkg)
+    )
+
+
+def _content_changed(entry: PackageState, pkg: Package) -> bool:
+    """The image moved from one pinned digest to another (a tag or a first pin is no change)."""
+    wanted = content_id(pkg)
+    return entry.content not in ("", "-", wanted) and wanted != "-"
 
 
 def _duration(text: str, fallback: timedelta) -> timedelta:
@@ -455,12 +486,13 @@ def _observe_pods(work: _Work) -> None:
         started = parse_time(entry.started) or inp.now
         failure = pod.result.failure if pod.result is not None else None
         if pod.phase is PodPhase.SUCCEEDED and failure is None:
-            _advance(work, key, entry, pod)
+            _advance(work, key, _note_requests(work, key, entry, pod), pod)
             work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="succeeded"))
         elif pod.phase is PodPhase.FAILED or pod.phase is PodPhase.SUCCEEDED:
             stage = failure.stage if failure is not None else entry.stage.value
             task = failure.task if failure is not None else ""
             message = failure.message if failure is not None else _pod_failure_text(pod)
+            _note_requests(work, key, entry, pod)
             _fail_attempt(work, key, stage, task, message)
             work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="failed"))
         elif inp.now >= started + timeout:
@@ -488,6 +520,60 @@ def _pod_failure_text(pod: PodObservation) -> str:
     return "pod failed without a result"
 
 
+def _note_requests(work: _Work, key: str, entry: PackageState, pod: PodObservation) -> PackageState:
+    """Record what a finished package pod reported: the package's declared interrupt, what its
+    run asked for (kept across the cycle's attempts) and the handlers it left owed."""
+    result = pod.result
+    if result is None or result.unparseable:
+        return entry
+    requested = interrupts.requested_interrupt(
+        entry.requested, reboot=result.reboot_requested, services=result.restart_services
+    )
+    declared = result.declared_interrupt or entry.declared
+    updated = work.put(
+        key,
+        entry,
+        declared=declared,
+        requested=requested,
+        pending_handlers=list(result.pending_handlers),
+    )
+    asked = result.reboot_requested or bool(result.restart_services)
+    spec = _spec_package(work, key)
+    if asked and spec is not None:
+        _announce_request(work, key, spec[1], updated, result.request_reasons)
+    return updated
+
+
+def _announce_request(
+    work: _Work, key: str, pkg: Package, entry: PackageState, reasons: Sequence[str]
+) -> None:
+    name, _, version = key.partition("|")
+    asked = entry.requested
+    if asked is None:
+        return
+    what = asked.type.value + (f" ({', '.join(asked.services)})" if asked.services else "")
+    why = f": {'; '.join(reasons)}" if reasons else ""
+    if interrupts.overridden(pkg, asked):
+        assert pkg.interrupt is not None
+        reason = "InterruptRequestOverridden"
+        tail = f"not performed: the CR sets interrupt {pkg.interrupt.type.value}"
+    elif entry.stage is Stage.POST_INTERRUPT:
+        reason = "InterruptRequestOverridden"
+        tail = "not performed: asked for after the interrupt (it would disrupt the node twice)"
+    else:
+        reason = "InterruptRequested"
+        tail = "cordon, drain and the interrupt follow"
+    work.actions.append(
+        EmitEvent(
+            kind="Node",
+            name=work.inp.node.name,
+            reason=reason,
+            message=_truncate(f"{name} {version} asked for {what}{why}; {tail}", 1000),
+            type=EventType.WARNING if reason == "InterruptRequestOverridden" else EventType.NORMAL,
+        )
+    )
+
+
 def _advance(work: _Work, key: str, entry: PackageState, pod: PodObservation) -> None:
     """A package pod succeeded: its whole chain is complete."""
     last = Stage(pod.stages[0])
@@ -500,7 +586,7 @@ def _advance(work: _Work, key: str, entry: PackageState, pod: PodObservation) ->
     done = {"attempts": 0, "retry_at": "", "message": "", "started": rfc3339(work.now)}
     if last is Stage.UNINSTALL:
         spec = _spec_package(work, key)
-        if spec is not None and spec[1].interrupt is not None:
+        if spec is not None and _entry_interrupts(spec[1], entry):
             work.put(key, entry, stage=Stage.UNINSTALL, state=StageState.COMPLETE, **done)
         else:
             del work.state[key]
@@ -998,6 +1084,7 @@ def _start(work: _Work, name: str, pkg: Package, key: str, *, may_start: bool, k
         "resource_id": resource_id(inp.cr, name, pkg.version, hash_),
         "boot_id": None,
         "interrupt": "",
+        "requested": None,
     }
     if kind == "install":
         stage, _ = _previous_version(work, name, pkg.version)
@@ -1015,6 +1102,9 @@ def _start(work: _Work, name: str, pkg: Package, key: str, *, may_start: bool, k
     elif kind == "uninstall":
         assert entry is not None
         entry = work.put(key, entry, stage=Stage.UNINSTALL, changed_keys=[], **base)
+    elif kind == "reapply":  # new image content at the same version: the whole role again
+        assert entry is not None
+        entry = work.put(key, entry, stage=Stage.APPLY, changed_keys=[], **base)
     else:  # retry an erroring entry after a spec fix, from the stage that failed
         assert entry is not None
         entry = work.put(key, entry, **base)
@@ -1026,7 +1116,14 @@ def _after_complete(
     work: _Work, name: str, pkg: Package, key: str, entry: PackageState, *, may_start: bool
 ) -> None:
     if _is_terminal(pkg, entry):
-        if entry.config_hash != config_hash(pkg):
+        wanted = content_id(pkg)
+        if _content_changed(entry, pkg):
+            _start(work, name, pkg, key, may_start=may_start, kind="reapply")
+        elif entry.content not in ("", wanted) and entry.config_hash == config_hash(pkg):
+            # Pinning (or unpinning) the digest of what runs is not a change of content: it
+            # is recorded, so the next digest change is seen as one.
+            work.put(key, entry, content=wanted)
+        elif entry.config_hash != config_hash(pkg):
             _start(work, name, pkg, key, may_start=may_start, kind="config")
         return
     if entry.stage in (Stage.APPLY, Stage.UPGRADE):
@@ -1090,6 +1187,7 @@ def _continue(work: _Work, name: str, pkg: Package, key: str, entry: PackageStat
         config_hash=hash_,
         config_keys=digests,
         changed_keys=changed,
+        content=content_id(pkg),
     )
     _, previous = _previous_version(work, name, pkg.version)
     deadline = started + _stage_timeout(pkg)

@@ -136,6 +136,10 @@ def build_pod(req: PodRequest) -> dict[str, Any]:
         {"name": "NW_HOST_ROOT", "value": HOST_MOUNT},
         {"name": "NW_HOST_CONNECTION", "value": cr.spec.host_connection.value},
     ]
+    if package.interrupt is None and not req.interrupt_type:
+        # The role decides: its restart handlers become requests the controller performs on a
+        # drained node. A CR that sets the interrupt owns it, and handlers then act in place.
+        env.append({"name": "NW_DEFER_RESTARTS", "value": "true"})
     env += [e.to_wire() for e in package.env]
     volumes: list[dict[str, Any]] = [
         {"name": "host", "hostPath": {"path": "/", "type": "Directory"}},

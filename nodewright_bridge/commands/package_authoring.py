@@ -244,6 +244,14 @@ def _print_result(result: AgentResult) -> None:
         click.echo(f"FAILED {f.stage}: {f.task} [{f.action}]: {f.message}")
     if result.reboot_requested:
         click.echo("the role requested a reboot (rebootRequested=true; not performed)")
+    if result.restart_services:
+        units = ", ".join(result.restart_services)
+        click.echo(f"the role requested restarts of {units} (deferred to the interrupt)")
+    for reason in result.request_reasons:
+        click.echo(f"  {reason}")
+    if result.pending_handlers:
+        owed = ", ".join(result.pending_handlers)
+        click.echo(f"handlers owed to the next run: {owed}")
 
 
 def _indent(text: str, spaces: int) -> str:

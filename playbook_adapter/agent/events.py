@@ -8,7 +8,9 @@ Outputs:
 - stdout: one short line per task result, ``ok|changed|failed|skipping  <stage>  <task>``
   (a failure adds ``: <message>``);
 - JSONL: every event, one per line, in ``<stage>-<timestamp>.jsonl`` on the host;
-- the per-stage counts, the fatal failure and ``rebootRequested`` for the AgentResult.
+- the per-stage counts, the fatal failure, what the role asked for (``rebootRequested``, the
+  deferred ``restartServices``, see ``deferring``) and the handlers still owed when the run ends
+  (``handlers.HandlerTracker``) for the AgentResult.
 
 Secrets: every string value of a secret or no_log var is replaced by ``********`` in everything
 written (stdout and JSONL) - a role may echo a var in a module's ``msg`` or args.
@@ -26,11 +28,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from lifecycle.results import Failure, StageResult, StageStatus
+from playbook_adapter.agent.deferring import REBOOT_FACT, RESTART_FACT
+from playbook_adapter.agent.handlers import HandlerTracker
 
 logger = logging.getLogger(__name__)
 
 STAGE_PLAY_PREFIX = "nodewright:"
-REBOOT_FACT = "nodewright_reboot_required"
 REDACTED = "********"
 # Shorter strings ("yes", "80") would redact innocent text everywhere; no secret is that short.
 MIN_REDACT_CHARS = 4
@@ -69,6 +72,9 @@ class EventCollector:
     current: str | None = None
     failure: Failure | None = None
     reboot_requested: bool = False
+    restart_services: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    handlers: HandlerTracker = field(default_factory=HandlerTracker)
     tallies: dict[str, _StageTally] = field(default_factory=dict)
     _secrets: list[str] = field(default_factory=list)
     _log: IO[str] | None = None
@@ -101,7 +107,12 @@ class EventCollector:
         plumbing = data.get("task_action") in PLUMBING_ACTIONS and kind == "runner_on_ok"
         if kind in RESULT_EVENTS and self.current is not None and not plumbing:
             self._count(kind, data)
+            self.handlers.observe(kind, data)
         return False
+
+    @property
+    def pending_handlers(self) -> list[str]:
+        return list(self.handlers.pending)
 
     def close(self) -> None:
         now = self.clock()
@@ -169,10 +180,8 @@ class EventCollector:
         res: Mapping[str, Any] = data.get("res") or {}
         task = str(data.get("task") or data.get("task_action") or "")
         action = str(data.get("task_action") or "")
-        facts = res.get("ansible_facts") if isinstance(res, Mapping) else None
-        if isinstance(facts, Mapping) and _truthy(facts.get(REBOOT_FACT)):
-            self.reboot_requested = True
         if kind == "runner_on_ok":
+            self._requests(task, res)
             tally.ok += 1
             changed = bool(res.get("changed")) if isinstance(res, Mapping) else False
             tally.changed += int(changed)
@@ -196,6 +205,22 @@ class EventCollector:
             self.failure = Failure(
                 stage=self.current, task=task, action=action or "connection", message=message
             )
+
+    def _requests(self, task: str, res: Mapping[str, Any]) -> None:
+        """A deferred reboot or restart (``deferring``) shows as a fact in the task's result."""
+        items = res.get("results") if isinstance(res, Mapping) else None
+        for part in [res, *(items if isinstance(items, list) else ())]:
+            facts = part.get("ansible_facts") if isinstance(part, Mapping) else None
+            if not isinstance(facts, Mapping):
+                continue
+            if _truthy(facts.get(REBOOT_FACT)) and not self.reboot_requested:
+                self.reboot_requested = True
+                self.reasons.append(f"reboot requested by {task!r}")
+            units = facts.get(RESTART_FACT)
+            for unit in units if isinstance(units, list) else ():
+                if isinstance(unit, str) and unit and unit not in self.restart_services:
+                    self.restart_services.append(unit)
+                    self.reasons.append(f"restart of {unit} requested by {task!r}")
 
     def _line(self, status: str, task: str, message: str = "") -> None:
         line = f"{status:<9} {self.current}  {self.redact(task)}"

@@ -20,32 +20,34 @@ Host connection (``NW_HOST_CONNECTION``):
   through the wrapper, so no path has to exist in both the container and the host. Needs
   ``hostPID`` and privileges (the node pod has both); never used against this machine in tests.
 
-Reboot handlers: a role that notifies a handler named like "reboot" must not reboot the node from
-inside a stage (the controller drains first and runs the interrupt stage). Such handlers are
-rewritten, in a private copy of the role, into ``set_fact: nodewright_reboot_required: true``,
-which the event collector reports as ``rebootRequested``. Handlers using the reboot module are
-rewritten whatever their name.
+Disruptive actions (reboots, and service restarts when the controller asks) are rewritten into
+requests in a private copy of the role (``deferring``). A ``config`` stage of a package without a
+config task file runs its apply task file, unless apply or upgrade already ran in this run: a
+role reads its vars in ``tasks/main.yml``, so re-running it is how new vars are applied. Handlers
+a previous attempt left owed (``handlers``) are notified again right after the role's tasks in
+the first apply/upgrade/config play, so a failure between a change and its handler is repaired.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from playbook_adapter.agent.events import REBOOT_FACT, STAGE_PLAY_PREFIX
+from playbook_adapter.agent import deferring, handlers
+from playbook_adapter.agent.events import STAGE_PLAY_PREFIX
 from playbook_adapter.agent.settings import AgentSettings, HostConnection
-from playbook_adapter.manifest import AgentStage, EntryKind, PackageManifest
+from playbook_adapter.manifest import AgentStage, EntryKind, PackageManifest, StageEntry
 
-REBOOT_MODULES = {"reboot", "ansible.builtin.reboot", "ansible.legacy.reboot"}
-HANDLER_KEEP_KEYS = {"name", "listen", "when", "tags"}
+# Stages whose play may carry the re-notify of owed handlers (they run the role's own tasks).
+RENOTIFY_STAGES = (AgentStage.APPLY, AgentStage.UPGRADE, AgentStage.CONFIG)
+RENOTIFY_TASK_NAME = "nodewright: run handlers an earlier attempt left owed"
 NSENTER_WRAPPER = """#!/bin/sh
 # chroot_exe stand-in: $1 is the chroot directory; act in PID 1's namespaces instead.
 shift
@@ -62,7 +64,9 @@ class PreparedRun:
     inventory: dict[str, Any]
     envvars: dict[str, str]
     stages: list[AgentStage]  # the stages that have an entry (a play) in this package
-    rewritten_handlers: list[str]
+    deferred: tuple[str, ...]  # disruptive tasks/handlers turned into requests
+    renotified: tuple[str, ...]  # owed handlers notified again in this run
+    dropped: tuple[str, ...]  # owed handlers this version of the role no longer has
 
 
 def prepare(
@@ -74,6 +78,7 @@ def prepare(
     stages: list[AgentStage],
     values: Mapping[str, Any],
     secrets: Mapping[str, Any],
+    owed_handlers: Sequence[str] = (),
 ) -> PreparedRun:
     """Write everything ansible-runner needs under ``data_dir`` (created 0700)."""
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -82,7 +87,16 @@ def prepare(
         sub.mkdir(mode=0o700, exist_ok=True)
     (data_dir / "ansible.cfg").write_text("", encoding="utf-8")  # ignore any stray ansible.cfg
 
-    run_role, rewritten = _role_without_reboot_handlers(role, project / "roles")
+    run = deferring.roles_for_run(
+        role,
+        settings.package_dir / "roles",
+        data_dir / "rewritten",
+        defer_restarts=settings.defer_restarts,
+    )
+    run_role = run.role
+    known = _handler_names(run_role, run.roles_dir, settings.package_dir / "roles")
+    renotify = tuple(n for n in owed_handlers if handlers.reachable(n, known))
+    dropped = tuple(n for n in owed_handlers if n not in renotify)
     vars_file = _private_json(data_dir / "vars.json", values)
     secrets_file = _private_json(data_dir / "secrets.json", secrets)
     common_vars = {
@@ -96,10 +110,12 @@ def prepare(
 
     plays: list[dict[str, Any]] = []
     with_entry: list[AgentStage] = []
+    kinds: set[EntryKind] = set()
     for stage in stages:
-        entry = manifest.entry(stage)
+        entry = _entry_for(manifest, stage, ran=with_entry)
         if entry is None:
             continue
+        kinds.add(entry.kind)
         first = not with_entry
         with_entry.append(stage)
         play: dict[str, Any] = {
@@ -122,6 +138,8 @@ def prepare(
                     },
                 }
             )
+            if renotify and stage in RENOTIFY_STAGES and not _renotified(plays):
+                play["tasks"].append(renotify_task(renotify))
             plays.append(play)
         else:
             plays.append(play)
@@ -136,7 +154,7 @@ def prepare(
     )
 
     host_vars: dict[str, Any] = {}
-    if any(manifest.stages[stage].kind is EntryKind.PLAYBOOK for stage in with_entry):
+    if EntryKind.PLAYBOOK in kinds:
         # A playbook entry (molecule verify) has its own plays, which see neither the marker
         # play's vars nor its vars_files. As molecule passes scenario vars through the
         # inventory, the CR's vars reach it as host vars (the playbook's own vars still win).
@@ -155,6 +173,8 @@ def prepare(
 
     collections = [settings.package_dir / "collections", *_enclosing_collection_roots(role)]
     roles_path = [settings.package_dir / "roles", role.parent]
+    if run.roles_dir is not None:
+        roles_path.insert(0, run.roles_dir)  # rewritten dependencies shadow the bundled ones
     envvars = {
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         "ANSIBLE_CONFIG": str(data_dir / "ansible.cfg"),
@@ -182,8 +202,59 @@ def prepare(
         inventory=inventory,
         envvars=envvars,
         stages=with_entry,
-        rewritten_handlers=rewritten,
+        deferred=run.deferred,
+        renotified=renotify if _renotified(plays) else (),
+        dropped=dropped,
     )
+
+
+def renotify_task(names: Sequence[str]) -> dict[str, Any]:
+    """A task that reports changed and notifies ``names``: Ansible then runs them at play end."""
+    return {
+        "name": RENOTIFY_TASK_NAME,
+        "ansible.builtin.debug": {"msg": "notifying again: " + ", ".join(names)},
+        "changed_when": True,
+        "notify": list(names),
+    }
+
+
+def _renotified(plays: Sequence[Mapping[str, Any]]) -> bool:
+    return any(
+        isinstance(task, Mapping) and task.get("name") == RENOTIFY_TASK_NAME
+        for play in plays
+        for task in play.get("tasks") or ()
+    )
+
+
+def _entry_for(
+    manifest: PackageManifest, stage: AgentStage, *, ran: Sequence[AgentStage]
+) -> StageEntry | None:
+    """The stage's entry; a config stage without one re-runs the apply entry (new vars)."""
+    entry = manifest.entry(stage)
+    if entry is not None or stage is not AgentStage.CONFIG:
+        return entry
+    if AgentStage.APPLY in ran or AgentStage.UPGRADE in ran:
+        return None  # the role just ran with these very vars
+    return manifest.entry(AgentStage.APPLY)
+
+
+def _handler_names(role: Path, *roles_dirs: Path | None) -> set[str]:
+    """Names and listen topics of the handlers the run can reach (role and bundled roles)."""
+    roots = [role]
+    for directory in roles_dirs:
+        if directory is not None and directory.is_dir():
+            roots += sorted(p for p in directory.iterdir() if p.is_dir())
+    names: set[str] = set()
+    for root in roots:
+        for name in ("main.yml", "main.yaml"):
+            path = root / "handlers" / name
+            try:
+                data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (OSError, yaml.YAMLError):
+                continue
+            if isinstance(data, list):
+                names |= handlers.handler_names(h for h in data if isinstance(h, dict))
+    return names
 
 
 def _tasks_from(file: str) -> str:
@@ -198,44 +269,6 @@ def _private_json(path: Path, data: Mapping[str, Any]) -> Path:
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         json.dump(dict(data), handle)
     return path
-
-
-def _is_reboot_handler(handler: Mapping[str, Any]) -> bool:
-    return "reboot" in str(handler.get("name", "")).lower() or bool(
-        REBOOT_MODULES & set(map(str, handler))
-    )
-
-
-def _role_without_reboot_handlers(role: Path, roles_dir: Path) -> tuple[Path, list[str]]:
-    """The role to run: the original, or a private copy whose reboot handlers set a fact."""
-    handler_files = [p for p in (role / "handlers" / "main.yml", role / "handlers" / "main.yaml")]
-    rewrites: dict[str, list[Any]] = {}
-    names: list[str] = []
-    for path in handler_files:
-        if not path.is_file():
-            continue
-        handlers = yaml.safe_load(path.read_text(encoding="utf-8"))
-        if not isinstance(handlers, list):
-            continue
-        changed = False
-        for index, handler in enumerate(handlers):
-            if isinstance(handler, dict) and _is_reboot_handler(handler):
-                kept = {k: v for k, v in handler.items() if k in HANDLER_KEEP_KEYS}
-                kept["ansible.builtin.set_fact"] = {REBOOT_FACT: True}
-                handlers[index] = kept
-                names.append(str(handler.get("name", "")))
-                changed = True
-        if changed:
-            rewrites[path.name] = handlers
-    if not rewrites:
-        return role, []
-    copy = roles_dir / role.name
-    shutil.copytree(role, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-    for file_name, handlers in rewrites.items():
-        (copy / "handlers" / file_name).write_text(
-            yaml.safe_dump(handlers, sort_keys=False), encoding="utf-8"
-        )
-    return copy, names
 
 
 def _enclosing_collection_roots(role: Path) -> list[Path]:

@@ -27,7 +27,9 @@ import yaml
 
 from lifecycle.results import AgentResult, Failure
 from playbook_adapter import argspec
+from playbook_adapter.agent import handlers
 from playbook_adapter.agent.events import EventCollector
+from playbook_adapter.agent.handlers import HandlerTracker
 from playbook_adapter.agent.playbooks import prepare
 from playbook_adapter.agent.settings import AgentSettings
 from playbook_adapter.errors import AgentError, BadInputError, ManifestError, VarsError
@@ -45,6 +47,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 SECRET_VAR_FILE_SUFFIXES = (".json", ".yml", ".yaml")
+# Left by package managers (Debian/Ubuntu) when an update needs a reboot; /var/run is /run.
+REBOOT_REQUIRED_FILE = "run/reboot-required"
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +205,8 @@ def _run_checked(  # noqa: PLR0917 - private, called once with everything valida
     timestamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     log_dir = _event_log_dir(settings, manifest)
     data_dir = Path(tempfile.mkdtemp(prefix="nwb-agent-"))
+    ledger = handlers.ledger_path(settings.host_root, settings.cr, manifest.name)
+    owed = handlers.load_pending(ledger)
     collector = EventCollector(
         stages=[str(s) for s in stages],
         log_dir=log_dir,
@@ -209,6 +215,7 @@ def _run_checked(  # noqa: PLR0917 - private, called once with everything valida
         secrets=redact,
         out=out,
     )
+    reboot_marker = _stat(settings.host_path(REBOOT_REQUIRED_FILE))
     try:
         prepared = prepare(
             data_dir,
@@ -218,7 +225,17 @@ def _run_checked(  # noqa: PLR0917 - private, called once with everything valida
             stages=stages,
             values=values,
             secrets=secrets,
+            owed_handlers=owed,
         )
+        collector.handlers = HandlerTracker.starting_with(
+            [n for n in owed if n not in prepared.dropped]
+        )
+        for name in prepared.dropped:
+            print(
+                f"warning   handler {name!r} was owed but this role has no such handler", file=out
+            )
+        if prepared.renotified:
+            print(f"notify    again: {', '.join(prepared.renotified)}", file=out)
         status, rc, tail = "successful", 0, ""
         if prepared.stages:
             runner = ansible_runner.run(
@@ -234,6 +251,7 @@ def _run_checked(  # noqa: PLR0917 - private, called once with everything valida
             if rc != 0:
                 tail = _stdout_tail(runner)
         collector.close()
+        handlers.save_pending(ledger, collector.pending_handlers, resource_id=settings.resource_id)
     except OSError as exc:
         raise AgentError(f"cannot prepare the run: {exc}") from exc
     finally:
@@ -254,14 +272,32 @@ def _run_checked(  # noqa: PLR0917 - private, called once with everything valida
             f"failed    {stage}  ansible-playbook: {message.splitlines()[-1] if message else ''}",
             file=out,
         )
+    reasons = list(collector.reasons)
+    reboot = collector.reboot_requested
+    if _stat(settings.host_path(REBOOT_REQUIRED_FILE)) not in (None, reboot_marker):
+        reboot = True
+        reasons.append(f"/{REBOOT_REQUIRED_FILE} appeared or changed during the run")
     result = AgentResult(
         package=manifest.name,
         version=manifest.version,
         stages=collector.stage_results(fatal=fatal),
         failure=failure if fatal else None,
-        reboot_requested=collector.reboot_requested,
+        reboot_requested=reboot,
+        restart_services=collector.restart_services,
+        pending_handlers=collector.pending_handlers,
+        declared_interrupt=manifest.interrupt,
+        request_reasons=reasons,
     )
     return RunOutcome(EXIT_FAILED if fatal else EXIT_OK, result)
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    """(mtime_ns, inode) of a file, or None: enough to see it appear or be rewritten."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_ino
 
 
 def _event_log_dir(settings: AgentSettings, manifest: PackageManifest) -> Path | None:

@@ -54,6 +54,9 @@ class AgentSettings:
     reboot_wait_seconds: float
     systemctl_command: str  # shell words replacing `systemctl` for interrupts; empty = real one
     gather_subset: str
+    # Service restart handlers become requests (the controller restarts on a drained node) unless
+    # the CR sets the package's interrupt itself; reboots are always deferred.
+    defer_restarts: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentSettings:
@@ -83,6 +86,7 @@ class AgentSettings:
             ),
             systemctl_command=env.get("NW_SYSTEMCTL_COMMAND", ""),
             gather_subset=env.get("NW_GATHER_SUBSET", "all"),
+            defer_restarts=env.get("NW_DEFER_RESTARTS", "").lower() in {"1", "true", "yes"},
         )
 
     def host_path(self, host_relative: str) -> Path:

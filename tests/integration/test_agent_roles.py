@@ -11,13 +11,12 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from lifecycle.results import StageStatus
-from nodewright_bridge.sandbox import isolation, roletesting, rootfs
+from nodewright_bridge.sandbox import roletesting
 
 pytestmark = [
     pytest.mark.rootfs,
@@ -26,20 +25,6 @@ pytestmark = [
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "roles"
 ALL_STAGES = "apply,apply-check,uninstall,uninstall-check"
-
-
-@pytest.fixture(scope="module")
-def base() -> Path:
-    return rootfs.ensure_base_rootfs()
-
-
-@pytest.fixture
-def node(base: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    root = rootfs.mount_node_root(base, tmp_path / "node")
-    state = tmp_path / "node" / "isolation"
-    isolation.prepare_node(root.path, state, "boot-1")
-    yield root.path, state
-    rootfs.unmount_node_root(root, remove=True)
 
 
 def event_logs(root: Path, package: str) -> list[Path]:
@@ -51,9 +36,9 @@ def statuses(run: roletesting.RoleTestRun) -> dict[str, StageStatus]:
 
 
 def test_sysctl_tuning_is_applied_checked_and_uninstalled_on_the_node_only(
-    node: tuple[Path, Path],
+    node_root: tuple[Path, Path],
 ) -> None:
-    root, state = node
+    root, state = node_root
     machine_swappiness = Path("/proc/sys/vm/swappiness").read_text()
     values = {"sysctl_tuning_settings": {"vm.swappiness": 7, "net.core.somaxconn": 2048}}
     run = roletesting.run_stages(
@@ -82,9 +67,9 @@ def test_sysctl_tuning_is_applied_checked_and_uninstalled_on_the_node_only(
 
 
 def test_grub_params_edits_the_cmdline_and_requests_a_reboot_without_rebooting(
-    node: tuple[Path, Path],
+    node_root: tuple[Path, Path],
 ) -> None:
-    root, state = node
+    root, state = node_root
     run = roletesting.run_stages(
         EXAMPLES / "grub-params", root, ALL_STAGES, state=state, capture=True
     )
@@ -103,9 +88,9 @@ def test_grub_params_edits_the_cmdline_and_requests_a_reboot_without_rebooting(
 
 
 def test_kmod_blacklist_is_written_checked_with_modprobe_and_removed(
-    node: tuple[Path, Path],
+    node_root: tuple[Path, Path],
 ) -> None:
-    root, state = node
+    root, state = node_root
     run = roletesting.run_stages(
         EXAMPLES / "kmod-blacklist", root, "apply,apply-check", state=state, capture=True,
         values={"kmod_blacklist_modules": ["nouveau", "pcspkr"]},
@@ -122,9 +107,9 @@ def test_kmod_blacklist_is_written_checked_with_modprobe_and_removed(
 
 
 def test_security_agent_installs_files_keeps_the_token_secret_and_uninstalls(
-    node: tuple[Path, Path],
+    node_root: tuple[Path, Path],
 ) -> None:
-    root, state = node
+    root, state = node_root
     token = "enroll-7f3a9c2e1b"
     run = roletesting.run_stages(
         EXAMPLES / "security-agent", root, "apply,apply-check", state=state, capture=True,
@@ -150,9 +135,9 @@ def test_security_agent_installs_files_keeps_the_token_secret_and_uninstalls(
 
 
 def test_a_failing_check_names_its_task_and_message_and_stops_later_stages(
-    node: tuple[Path, Path], tmp_path: Path
+    node_root: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    root, state = node
+    root, state = node_root
     role = tmp_path / "marker_role"
     (role / "tasks").mkdir(parents=True)
     (role / "meta").mkdir()
@@ -188,8 +173,8 @@ def test_a_failing_check_names_its_task_and_message_and_stops_later_stages(
     assert "failed    apply-check  Marker says two: marker is one, expected two" in run.output
 
 
-def test_invalid_vars_are_rejected_before_anything_runs(node: tuple[Path, Path]) -> None:
-    root, state = node
+def test_invalid_vars_are_rejected_before_anything_runs(node_root: tuple[Path, Path]) -> None:
+    root, state = node_root
     run = roletesting.run_stages(
         EXAMPLES / "security-agent", root, "apply,apply-check", state=state, capture=True,
         values={"security_agent_log_level": "loud", "security_agent_scan_interval_minutes": "5"},
@@ -206,9 +191,9 @@ def test_invalid_vars_are_rejected_before_anything_runs(node: tuple[Path, Path])
 
 
 def test_a_manifest_naming_a_missing_task_file_is_bad_input(
-    node: tuple[Path, Path], tmp_path: Path
+    node_root: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    root, state = node
+    root, state = node_root
     package = tmp_path / "pkg"
     (package / "tasks").mkdir(parents=True)
     (package / "tasks/main.yml").write_text("[]\n")
@@ -231,9 +216,9 @@ def recorder(tmp_path: Path, name: str) -> tuple[str, Path]:
 
 
 def test_a_reboot_interrupt_acts_once_per_resource_id(
-    node: tuple[Path, Path], tmp_path: Path
+    node_root: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    root, state = node
+    root, state = node_root
     command, calls = recorder(tmp_path, "reboot")
     env = {"NW_REBOOT_COMMAND": f"{command} now", "NW_REBOOT_WAIT_SECONDS": "0"}
     first = roletesting.run_interrupt(
@@ -251,9 +236,9 @@ def test_a_reboot_interrupt_acts_once_per_resource_id(
 
 
 def test_a_failed_interrupt_clears_its_flag_so_the_retry_acts_again(
-    node: tuple[Path, Path], tmp_path: Path
+    node_root: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    root, state = node
+    root, state = node_root
     command, calls = recorder(tmp_path, "reboot")
     env = {"NW_REBOOT_COMMAND": command, "NW_REBOOT_WAIT_SECONDS": "0", "FAIL": "3"}
     run = roletesting.run_interrupt(
@@ -266,9 +251,9 @@ def test_a_failed_interrupt_clears_its_flag_so_the_retry_acts_again(
 
 
 def test_a_service_interrupt_reloads_systemd_then_restarts_each_unit(
-    node: tuple[Path, Path], tmp_path: Path
+    node_root: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    root, state = node
+    root, state = node_root
     command, calls = recorder(tmp_path, "systemctl")
     run = roletesting.run_interrupt(
         EXAMPLES / "security-agent", root, ["--type", "service", "--services", "a.service,b"],
@@ -278,8 +263,8 @@ def test_a_service_interrupt_reloads_systemd_then_restarts_each_unit(
     assert calls.read_text().splitlines() == ["daemon-reload", "restart a.service", "restart b"]
 
 
-def test_an_unknown_interrupt_type_is_bad_input(node: tuple[Path, Path]) -> None:
-    root, state = node
+def test_an_unknown_interrupt_type_is_bad_input(node_root: tuple[Path, Path]) -> None:
+    root, state = node_root
     run = roletesting.run_interrupt(
         EXAMPLES / "grub-params", root, ["--type", "kexec"], state=state
     )

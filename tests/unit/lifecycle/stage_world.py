@@ -58,6 +58,8 @@ class World:
     log: list[act.Action] = field(default_factory=list)
     created: list[act.CreatePackagePod | act.CreateInterruptPod] = field(default_factory=list)
     boots: int = 0
+    # What the next successful package pod of a package reports (default: a plain success).
+    results: dict[str, AgentResult] = field(default_factory=dict)
 
     def input(self) -> NodeInput:
         return NodeInput(
@@ -141,14 +143,27 @@ class World:
                 continue
             if fail is not None and fail in (pod.package, "*"):
                 result = failed_result(pod.stages[0])
+                if not pod.interrupt and pod.package in self.results:
+                    asked = self.results.pop(pod.package)
+                    result = result.model_copy(
+                        update={
+                            "reboot_requested": asked.reboot_requested,
+                            "restart_services": asked.restart_services,
+                            "pending_handlers": asked.pending_handlers,
+                            "declared_interrupt": asked.declared_interrupt,
+                        }
+                    )
                 self.pods[name] = replace(pod, phase=PodPhase.FAILED, result=result)
             elif pod.interrupt and self.interrupt_kinds.get(name) == "reboot" and reboot:
                 self.reboot()
                 del self.pods[name]  # killed by the reboot
             else:
-                self.pods[name] = replace(
-                    pod, phase=PodPhase.SUCCEEDED, result=ok_result(pod.stages)
-                )
+                result = ok_result(pod.stages)
+                if not pod.interrupt and pod.package in self.results:
+                    result = self.results.pop(pod.package).model_copy(
+                        update={"stages": result.stages}
+                    )
+                self.pods[name] = replace(pod, phase=PodPhase.SUCCEEDED, result=result)
 
     def reboot(self) -> None:
         self.boots += 1
@@ -166,6 +181,9 @@ class World:
             self.finish_pods()
             self.tick()
         raise AssertionError(f"not complete after {limit} steps: {self.state}")
+
+    def events(self, reason: str) -> list[act.EmitEvent]:
+        return [a for a in self.log if isinstance(a, act.EmitEvent) and a.reason == reason]
 
     def created_stages(self) -> list[tuple[str, tuple[str, ...]]]:
         return [
