@@ -13,7 +13,12 @@ Stage graph (NodeWright's, reference §2.2-§2.8)::
     config:     [cordon, wait, drain] -> config -> [interrupt -> post-interrupt] -> ...
     uninstall:  [cordon, wait, drain] -> uninstall -> [uninstall-interrupt] -> key removed
 
-Brackets apply when the cycle has an interrupt (``lifecycle.interrupts.cycle_interrupts``).
+Brackets apply when the cycle has an interrupt (``lifecycle.interrupts.cycle_interrupts``): the
+CR's, else the one the package declares, plus what the cycle's runs asked for (a reboot, service
+restarts: recorded from each pod's result, kept across attempts). A request found after a stage
+on an undrained node brings the brackets after it: cordon, drain, interrupt, post-interrupt. A
+package's declared interrupt, once any node reported it (``NodeInput.declared``), is known when
+a new cycle starts, so later nodes are drained before they apply.
 Consecutive non-interrupt stages run in one pod with their checks (``apply, apply-check, config,
 config-check``); interrupt and post-interrupt get their own pods. Semver decides the cycle for a
 package without an entry at the spec version: an older version installed means upgrade (older keys
@@ -171,6 +176,9 @@ class NodeInput:
     # Why the rollout planner will not pick this node (ignore label, untolerated taint): a node
     # that would otherwise wait for the rollout is ``blocked`` with this reason instead.
     unpickable: str = ""
+    # Package key -> the interrupt the package declares, as pods on other nodes reported it: a
+    # new cycle starts knowing it, so a disruptive package is drained before it is applied.
+    declared: Mapping[str, Interrupt] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1086,6 +1094,9 @@ def _start(work: _Work, name: str, pkg: Package, key: str, *, may_start: bool, k
         "interrupt": "",
         "requested": None,
     }
+    known = inp.declared.get(key)
+    if known is not None and (entry is None or entry.declared is None):
+        base["declared"] = known
     if kind == "install":
         stage, _ = _previous_version(work, name, pkg.version)
         entry = work.put(key, PackageState(stage=stage, state=StageState.IN_PROGRESS), **base)

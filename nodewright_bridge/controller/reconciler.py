@@ -58,11 +58,12 @@ from lifecycle.nodestate import (
     CORDON_ANNOTATION,
     RUNTIME_REQUIRED_TAINT_KEY,
     CordonRecord,
+    PackageState,
     batch_annotation,
     state_annotation,
     status_key,
 )
-from lifecycle.spec import PREFIX, DeploymentPolicy, NodeWright
+from lifecycle.spec import PREFIX, DeploymentPolicy, Interrupt, NodeWright
 from lifecycle.status import NodeWrightStatus, Status
 from nodewright_bridge.controller import snapshot
 from nodewright_bridge.controller.executor import EventNote, Executor, NodeWork, Outcome
@@ -144,6 +145,9 @@ class NodeWrightReconciler:
         self._statuses: dict[str, tuple[int, NodeWrightStatus]] = {}
         # Settled nodes' snapshots and plans, reused while nothing they depend on changed.
         self._settled = snapshot.SettledNodes()
+        # Per CR: package key -> the interrupt its package declares, as its pods reported on any
+        # node (node state ``declared``); later nodes start knowing it (drained before apply).
+        self._declared: dict[str, dict[str, Interrupt]] = {}
         self.executor = Executor(
             rest=rest,
             writer=writer,
@@ -511,7 +515,11 @@ class NodeWrightReconciler:
         kept = self._settled.plan(cr, snap.name, key, now)
         if kept is not None:
             return kept
-        node_plan = stages.plan_node(_node_input(cr, snap, key, now, disabled=disabled))
+        declared = self._declared.get(cr.metadata.name, {})
+        node_plan = stages.plan_node(
+            _node_input(cr, snap, key, now, disabled=disabled, declared=declared)
+        )
+        _learn_declared(self._declared, cr.metadata.name, node_plan.state)
         self._settled.offer(
             cr,
             snap,
@@ -672,6 +680,7 @@ class NodeWrightReconciler:
             self._parsed.pop(name, None)
             self._statuses.pop(name, None)
         self._settled.forget(name)
+        self._declared.pop(name, None)
         self.executor.forget(name)
         logger.info("cleaned up after deleted NodeWright", extra={"cr": name})
         return Result()
@@ -913,9 +922,11 @@ def _node_input(
     now: datetime,
     *,
     disabled: bool,
+    declared: Mapping[str, Interrupt],
 ) -> stages.NodeInput:
     allowed, paused, order, unpickable = key
     return stages.NodeInput(
+        declared=declared,
         cr=cr,
         node=snap.facts,
         state=snap.state,
@@ -928,6 +939,15 @@ def _node_input(
         disabled=disabled,
         unpickable=unpickable,
     )
+
+
+def _learn_declared(
+    known: dict[str, dict[str, Interrupt]], cr: str, state: Mapping[str, PackageState]
+) -> None:
+    """Remember every package's declared interrupt a node's state shows (first report wins)."""
+    for key, entry in state.items():
+        if entry.declared is not None:
+            known.setdefault(cr, {}).setdefault(key, entry.declared)
 
 
 def _uninstall_variant(cr: NodeWright) -> NodeWright | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from e2e_harness import EXEC_REGISTRY, World, wait_for
+from e2e_harness import EXEC_REGISTRY, NAMESPACE, World, wait_for
 from kubernetes import client
 
 pytestmark = pytest.mark.e2e
@@ -25,11 +25,13 @@ pytestmark = pytest.mark.e2e
 
 @dataclass
 class NodeLog:
-    """Per node: every bootID seen, and whether the node was ever cordoned."""
+    """Per node: every bootID seen, whether it was ever cordoned, and for each of our pods'
+    first stage whether the node was cordoned when the pod was first seen."""
 
     boots: list[str] = field(default_factory=list)
     cordoned: bool = False
     cordoned_at_reboot: list[bool] = field(default_factory=list)
+    pods: dict[str, bool] = field(default_factory=dict)
 
 
 class Watcher:
@@ -42,6 +44,10 @@ class Watcher:
 
     def _run(self) -> None:
         while not self._stop.wait(0.1):
+            try:
+                ours = self.world.core.list_namespaced_pod(NAMESPACE).items
+            except Exception:
+                ours = []
             for name, log in self.logs.items():
                 try:
                     node = self.world.node(name)
@@ -54,6 +60,10 @@ class Watcher:
                     if log.boots:
                         log.cordoned_at_reboot.append(cordoned)
                     log.boots.append(boot)
+                for pod in ours:
+                    if pod.spec.node_name == name:
+                        stage = (pod.metadata.labels or {}).get("bridge.nodewright.io/stage", "")
+                        log.pods.setdefault(f"{stage}/{pod.metadata.name}", cordoned)
 
     def stop(self) -> dict[str, NodeLog]:
         self._stop.set()
@@ -143,6 +153,10 @@ def test_a_reboot_handler_drains_and_reboots_every_node_once_without_a_cr_interr
         assert entry["declared"]["type"] == "reboot"
         grub = (root_of(world, node) / "etc/default/grub").read_text()
         assert 'GRUB_CMDLINE_LINUX="iommu=pt"' in grub
+    # The first node learned the package's declared reboot after applying undrained; the node
+    # of the next batch started knowing it: cordoned (and drained) before its apply pod.
+    applies = {n: [c for p, c in logs[n].pods.items() if p.startswith("apply/")] for n in nodes}
+    assert sorted(applies.values()) == [[False], [True]], applies
     reasons = {
         e.reason
         for e in world.core.list_namespaced_event("default").items

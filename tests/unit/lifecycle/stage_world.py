@@ -13,7 +13,7 @@ from typing import Any
 from lifecycle import actions as act
 from lifecycle.nodestate import CordonRecord, PackageState
 from lifecycle.results import AgentResult, Failure, StageResult, StageStatus
-from lifecycle.spec import NodeWright
+from lifecycle.spec import Interrupt, NodeWright
 from lifecycle.stages import NodeFacts, NodeInput, NodePlan, PodObservation, PodPhase, plan_node
 from lifecycle.status import Status
 
@@ -60,6 +60,8 @@ class World:
     boots: int = 0
     # What the next successful package pod of a package reports (default: a plain success).
     results: dict[str, AgentResult] = field(default_factory=dict)
+    # Package key -> interrupt declared by the package, as other nodes reported it.
+    declared: dict[str, Interrupt] = field(default_factory=dict)
 
     def input(self) -> NodeInput:
         return NodeInput(
@@ -72,6 +74,7 @@ class World:
             previous_status=self.status,
             paused=self.paused,
             disabled=self.disabled,
+            declared=self.declared,
         )
 
     def plan(self) -> NodePlan:

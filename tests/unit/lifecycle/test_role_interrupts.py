@@ -136,3 +136,14 @@ def test_a_request_after_the_interrupt_is_announced_not_acted_on() -> None:
             break
     assert world.boots == 1
     assert world.events("InterruptRequestOverridden")
+
+
+def test_a_declared_interrupt_other_nodes_reported_drains_this_node_before_it_applies() -> None:
+    world = World(cr=make_cr({"grub": {"version": "1.0.0"}}))
+    world.node = world.node.__class__(name="n1", boot_id="boot-0", pods_to_evict=1)
+    world.declared["grub|1.0.0"] = Interrupt(type=InterruptType.REBOOT)
+    world.converge()
+    first_pod = next(i for i, a in enumerate(world.log) if isinstance(a, act.CreatePackagePod))
+    drain = next(i for i, a in enumerate(world.log) if isinstance(a, act.Drain))
+    assert drain < first_pod, "the package was applied before the node was drained"
+    assert world.boots == 1
