@@ -13,8 +13,15 @@ root runs here:
   container runtime hides (``sysrq-trigger``, ``irq``, ``bus``, ``fs``, ``kcore``, ...) are hidden
   the same way;
 - with ``<root>/sys`` the node's own directory (a small skeleton, reset at reboot), ``<root>/dev`` a
-  private tmpfs holding only harmless devices, and ``<root>/run`` the node root's own directory
-  (emptied at the node's simulated reboot).
+  private tmpfs holding only harmless devices (``/dev/shm`` and ``/dev/pts`` its own mounts), and
+  ``<root>/run`` and ``<root>/tmp`` the node root's own directories bound onto themselves
+  (``nosuid,nodev``; emptied at the node's simulated reboot).
+
+So ``/proc``, ``/sys``, ``/dev``, ``/dev/shm``, ``/run`` and ``/tmp`` are mount points, as on a real
+node: a hardening role's ``mount -o remount,nosuid,nodev,noexec /run``, an ``umount`` and re-mount,
+``findmnt`` and Ansible's mount facts work. Such a change lasts for the command only (the next
+command gets fresh mounts); files written to ``/run`` or ``/tmp`` stay in the node root until its
+reboot, where outside readers (the kubelet's reboot-request check) see them.
 
 Three views of the file system, chosen by the caller (``View``):
 - ``HOST``: the real file system (writes outside the node root are real), with the node root
@@ -29,7 +36,11 @@ ends everything started inside (it is the parent of the new PID namespace's init
 Caveats: a command running as root inside could still deliberately mount a fresh procfs or unmount
 the stand-in and then write real sysctls, load kernel modules, or change the host network
 (hostNetwork is shared unless ``network=Network.NONE``). The namespaces stop accidents of ordinary
-roles (``ansible.posix.mount``/``sysctl``, ``hostname``), not a hostile payload.
+roles (``ansible.posix.mount``/``sysctl``, ``hostname``), not a hostile payload. Mount options
+(``nosuid``, ``noexec``, ``ro`` with ``bind``) are per mount, but a remount without ``bind`` also
+reconfigures the file system behind a bound directory: ``remount,ro /run`` (or ``/tmp``) turns the
+whole node root read-only (its overlay; the machine's own file system for a copied root), and
+``remount,ro /sys`` or ``/proc/sys`` the file system holding the node's state directory.
 """
 
 from __future__ import annotations
@@ -198,9 +209,10 @@ def _clear_dir(path: Path) -> None:
 def prepare_node(root: Path, state: Path, boot_id: str) -> bool:
     """Make the node's per-boot state match ``boot_id``; True when this started a new boot.
 
-    A new boot (first use, or after a simulated reboot changed the id) empties ``<root>/run``,
-    reseeds the ``/proc/sys`` stand-in and ``/sys``, applies the node's sysctl configuration, and
-    writes ``boot_id`` to ``/proc/sys/kernel/random/boot_id``. Safe to call before every command.
+    A new boot (first use, or after a simulated reboot changed the id) empties ``<root>/run`` and
+    ``<root>/tmp``, reseeds the ``/proc/sys`` stand-in and ``/sys``, applies the node's sysctl
+    configuration, and writes ``boot_id`` to ``/proc/sys/kernel/random/boot_id``. Safe to call
+    before every command.
     """
     with _locked(state):
         id_file = state / BOOT_ID_FILE
@@ -215,6 +227,8 @@ def prepare_node(root: Path, state: Path, boot_id: str) -> bool:
         _seed_sys(sys_dir)
         _clear_dir(root / "run")
         (root / "run/lock").mkdir(exist_ok=True)
+        _clear_dir(root / "tmp")  # as the node's systemd-tmpfiles (``D /tmp``) does at boot
+        (root / "tmp").chmod(0o1777)
         _apply_sysctl_config(root, proc_sys)
         boot_file = proc_sys / "kernel/random/boot_id"
         if boot_file.parent.is_dir():

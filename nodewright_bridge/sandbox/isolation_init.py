@@ -27,6 +27,10 @@ PROC_SYS_DIR = "proc-sys"
 SYS_DIR = "sys"
 # Devices a pod may open: same major/minor as the machine's (all harmless to share).
 DEVICES: tuple[str, ...] = ("null", "zero", "full", "random", "urandom", "tty")
+# Node directories that are mount points on a real node but whose files must outlive one command
+# (the reboot request and /var/run/reboot-required in /run, a role's downloads in /tmp): each is
+# the node's own directory bound onto itself, with the options systemd gives them.
+SELF_BOUND_DIRS: tuple[str, ...] = ("run", "tmp")
 
 
 _MS_RDONLY = 1
@@ -57,10 +61,14 @@ def _mount(source: str, target: str, fstype: str, flags: int, data: str = "") ->
         raise OSError(err, f"mount {source} on {target} ({fstype}): {os.strerror(err)}")
 
 
-def _bind(source: str, target: str, *, read_only: bool = False, recursive: bool = False) -> None:
+def _bind(
+    source: str, target: str, *, read_only: bool = False, recursive: bool = False, flags: int = 0
+) -> None:
+    """Bind ``source`` at ``target``; ``flags`` (``_MS_NOSUID``, ...) apply to this mount only."""
     _mount(source, target, "", _MS_BIND | (_MS_REC if recursive else 0))
-    if read_only:
-        _mount("", target, "", _MS_BIND | _MS_REMOUNT | _MS_RDONLY)
+    flags |= _MS_RDONLY if read_only else 0
+    if flags:
+        _mount("", target, "", _MS_BIND | _MS_REMOUNT | flags)
 
 
 def _inside(base: str, rel: str, *, directory: bool = True) -> str:
@@ -125,6 +133,18 @@ def _setup_system_dirs(base: str, state: str) -> None:
     _setup_dev(_inside(base, "dev"))
 
 
+def _setup_node_dirs(root: str, state: str) -> None:
+    """The node root's standard mount points: the system dirs, then /run and /tmp bound onto
+    themselves. Why a bind and not a tmpfs: the files stay in the node root (outside readers such
+    as the kubelet's reboot-request check see them, and they last until a simulated reboot
+    empties them), while a role's ``mount -o remount,noexec /run`` or ``umount /run`` acts on this
+    namespace's mount only and an umount uncovers the very same directory."""
+    _setup_system_dirs(root, state)
+    for name in SELF_BOUND_DIRS:
+        path = _inside(root, name)
+        _bind(path, path, flags=_MS_NOSUID | _MS_NODEV)
+
+
 def _pivot(new_root: str) -> None:
     number = _SYS_PIVOT_ROOT.get(os.uname().machine)
     if number is None:
@@ -163,7 +183,7 @@ def _build(spec: dict[str, object]) -> None:
         _libc.sethostname(hostname.encode(), len(hostname.encode()))
     if not os.path.ismount(root):
         _bind(root, root)  # pivot_root and a clean rbind both need a mount point
-    _setup_system_dirs(root, state)
+    _setup_node_dirs(root, state)
     if view == "host":
         for source, target, read_only in binds:
             _bind(str(source), str(target), read_only=bool(read_only), recursive=True)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from machine_guard import machine_mounts
 
 from nodewright_bridge.sandbox import rootfs
 from nodewright_bridge.sandbox.kubelet.exec_runner import ExecRunner
@@ -232,19 +233,23 @@ def test_a_podman_pod_runs_its_real_image_on_its_node_root_only(
     assert_written_on_node_only(nodes, roots)
 
 
-def test_a_sysctl_written_in_a_podman_pod_changes_only_its_node(
+def test_a_sysctl_and_a_remount_in_a_podman_pod_change_only_its_node(
     nodes: list[SimNode], roots: NodeRoots, pod_image: str
 ) -> None:
     before = Path("/proc/sys/vm/swappiness").read_text()
+    mounts_before = machine_mounts()
     wanted = "3" if before.strip() != "3" else "4"
     runner = PodmanRunner(roots=roots, pull="never")
     spec = pod_spec(nodes[0], pod_image, f"chroot /host sysctl -w vm.swappiness={wanted}; "
                     "chroot /host mount -o remount,hidepid=2 /proc; "
+                    "chroot /host mount -o remount,nosuid,nodev,noexec /run && "
+                    "chroot /host mountpoint -q /tmp && "
                     "cat /host/proc/sys/vm/swappiness")  # fmt: skip
     try:
         assert wait(runner.start(nodes[0], spec)) == 0, output(spec)
         assert output(spec).strip().endswith(wanted)
         assert Path("/proc/sys/vm/swappiness").read_text() == before
+        assert machine_mounts() == mounts_before
     finally:
         Path("/proc/sys/vm/swappiness").write_text(before)
 

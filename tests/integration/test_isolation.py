@@ -3,12 +3,16 @@
 The proof for the hazard measured on this kind of machine (see verified-here.md): a role that
 mounts /proc with hidepid (like a common hardening role) and sets sysctls, run with real
 ansible-runner and the community.general.chroot connection into a node root, changes only that
-node: the machine's /proc/sys values stay as they were and no mount is left behind.
+node: the machine's /proc/sys values stay as they were and no mount is left behind. And, as on a
+real node, /proc, /sys, /dev, /dev/shm, /run and /tmp are mount points in every view, so a
+hardening role's remounts of /run and /dev/shm work there, again without touching the machine.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from machine_guard import host_sysctl, machine_mounts, mount_options
 
 from nodewright_bridge.sandbox import isolation, rootfs
 
@@ -30,6 +35,11 @@ ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "
 # The sysctls the test role sets; the values differ from any machine default we know of.
 SWAPPINESS = "vm/swappiness"
 IP_FORWARD = "net/ipv4/ip_forward"
+DMESG_RESTRICT = "kernel/dmesg_restrict"
+STANDARD_MOUNTS = ("/proc", "/sys", "/dev", "/dev/shm", "/run", "/tmp")
+HARDENED = {"nosuid", "nodev", "noexec"}
+# A hardening-style test role of the e2e suite (remounts /run and /dev/shm, persists a sysctl).
+HARDEN_MOUNTS_ROLE = Path(__file__).resolve().parents[1] / "e2e/roles/harden-mounts"
 
 
 @pytest.fixture(scope="module")
@@ -46,14 +56,10 @@ def node(base: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     rootfs.unmount_node_root(root, remove=True)
 
 
-def host_sysctl(rel: str) -> str:
-    return (Path("/proc/sys") / rel).read_text().strip()
-
-
 @pytest.fixture
 def host_sysctls_guarded() -> Iterator[dict[str, str]]:
     """The machine's values before the test; restored (and the test failed) if they changed."""
-    before = {rel: host_sysctl(rel) for rel in (SWAPPINESS, IP_FORWARD)}
+    before = {rel: host_sysctl(rel) for rel in (SWAPPINESS, IP_FORWARD, DMESG_RESTRICT)}
     yield before
     changed = {rel: host_sysctl(rel) for rel in before if host_sysctl(rel) != before[rel]}
     for rel in changed:
@@ -114,7 +120,7 @@ result = ansible_runner.run(
         "ansible_host": args["root"],
         "ansible_python_interpreter": "/usr/bin/python3",
     }}}},
-    extravars={"wanted_forward": args["forward"]},
+    extravars=args["extravars"],
     quiet=True,
 )
 failed = [e["event_data"].get("task") for e in result.events if e["event"] == "runner_on_failed"]
@@ -123,25 +129,34 @@ sys.exit(0 if result.status == "successful" else 1)
 """
 
 
-def test_a_role_mounting_proc_and_setting_sysctls_changes_only_the_simulated_node(
-    node: tuple[Path, Path], tmp_path: Path, host_sysctls_guarded: dict[str, str]
-) -> None:
-    root, state = node
-    forward = "0" if host_sysctls_guarded[IP_FORWARD] == "1" else "1"
+def run_play(root: Path, state: Path, tmp_path: Path, site: str, extravars: dict[str, str]) -> None:
+    """Run ``site`` (roles already under ``tmp_path/pdd/project/roles``) with real ansible-runner
+    and the chroot connection into the node root, from the isolation's HOST view."""
     pdd = tmp_path / "pdd"
-    (pdd / "project/roles/harden/tasks").mkdir(parents=True)
-    (pdd / "project/roles/harden/tasks/main.yml").write_text(HARDENING_TASKS)
-    (pdd / "project/site.yml").write_text("- hosts: all\n  gather_facts: true\n  roles: [harden]\n")
+    (pdd / "project").mkdir(parents=True, exist_ok=True)
+    (pdd / "project/site.yml").write_text(site)
     script = tmp_path / "run_role.py"
     script.write_text(RUNNER_SCRIPT)
     env = {**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}", "HOME": str(tmp_path)}
-    args = f'{{"pdd": "{pdd}", "root": "{root}", "forward": "{forward}"}}'
+    args = json.dumps({"pdd": str(pdd), "root": str(root), "extravars": extravars})
     proc = isolation.run_isolated(
         root, state, [sys.executable, str(script), args], env=env, view=isolation.View.HOST,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, (out.decode()[-3000:], err.decode()[-3000:])
+
+
+def test_a_role_mounting_proc_and_setting_sysctls_changes_only_the_simulated_node(
+    node: tuple[Path, Path], tmp_path: Path, host_sysctls_guarded: dict[str, str]
+) -> None:
+    root, state = node
+    forward = "0" if host_sysctls_guarded[IP_FORWARD] == "1" else "1"
+    roles = tmp_path / "pdd/project/roles"
+    (roles / "harden/tasks").mkdir(parents=True)
+    (roles / "harden/tasks/main.yml").write_text(HARDENING_TASKS)
+    site = "- hosts: all\n  gather_facts: true\n  roles: [harden]\n"
+    run_play(root, state, tmp_path, site, {"wanted_forward": forward})
 
     # The machine: unchanged kernel settings, no mount left under the node root but the root.
     assert host_sysctl(SWAPPINESS) == host_sysctls_guarded[SWAPPINESS]
@@ -157,6 +172,74 @@ def test_a_role_mounting_proc_and_setting_sysctls_changes_only_the_simulated_nod
     assert seen.returncode == 0, seen.stderr
     lines = seen.stdout.decode().splitlines()
     assert lines[:2] == ["13", forward]  # the next pod on this node sees what the role set
+
+
+HARDEN_SITE = """\
+- hosts: all
+  gather_facts: true
+  roles: [harden-mounts]
+  tasks:
+    - name: Check what the role did, as its verify stage does
+      ansible.builtin.include_role:
+        name: harden-mounts
+        tasks_from: verify
+"""
+
+
+def test_a_hardening_role_remounting_run_and_dev_shm_changes_only_the_simulated_node(
+    node: tuple[Path, Path], tmp_path: Path, host_sysctls_guarded: dict[str, str]
+) -> None:
+    root, state = node
+    machine_before = machine_mounts()
+    dmesg = "0" if host_sysctls_guarded[DMESG_RESTRICT] == "1" else "1"
+    shutil.copytree(HARDEN_MOUNTS_ROLE, tmp_path / "pdd/project/roles/harden-mounts")
+    # The role's own verify asserts the six mount points (findmnt), the options and the value.
+    run_play(root, state, tmp_path, HARDEN_SITE, {"harden_mounts_dmesg_restrict": dmesg})
+
+    assert machine_mounts() == machine_before
+    assert host_sysctl(DMESG_RESTRICT) == host_sysctls_guarded[DMESG_RESTRICT]
+    assert mounts_under(root) == [str(root.resolve())]
+    dropin = root / "etc/sysctl.d/60-nwb-harden-mounts.conf"
+    assert f"kernel.dmesg_restrict={dmesg}" in dropin.read_text().splitlines()
+    # The next command on the node: the setting is kept; the remount lasted for that run only.
+    seen = run_on_node(root, state, "cat /proc/sys/kernel/dmesg_restrict /proc/self/mountinfo")
+    assert seen.returncode == 0, seen.stderr
+    value, _, mountinfo = seen.stdout.decode().partition("\n")
+    assert value == dmesg
+    assert "noexec" not in mount_options(mountinfo)["/run"]
+
+
+@pytest.mark.parametrize("view", list(isolation.View))
+def test_standard_dirs_are_mount_points_and_a_remount_stays_in_the_namespace(
+    view: isolation.View, node: tuple[Path, Path], host_sysctls_guarded: dict[str, str]
+) -> None:
+    root, state = node
+    at = {  # where the node root is in each view
+        isolation.View.HOST: str(root.resolve()),
+        isolation.View.NODE: "",
+        isolation.View.CONTAINER: "/host",
+    }[view]
+    dmesg = "0" if host_sysctls_guarded[DMESG_RESTRICT] == "1" else "1"
+    machine_before = machine_mounts()
+    done = run_on_node(
+        root,
+        state,
+        f"cat /proc/self/mountinfo; echo ==; echo {dmesg} > {at}/proc/sys/kernel/dmesg_restrict; "
+        f"mount -o remount,nosuid,nodev,noexec {at}/run; "
+        f"mount -o remount,nosuid,nodev,noexec {at}/dev/shm; cat /proc/self/mountinfo",
+        view,
+    )
+    assert done.returncode == 0, done.stderr
+    first, _, second = done.stdout.decode().partition("==\n")
+    shown, remounted = mount_options(first), mount_options(second)
+    assert {at + path for path in STANDARD_MOUNTS} <= shown.keys()
+    assert {"nosuid", "nodev"} <= shown[f"{at}/run"] and "noexec" not in shown[f"{at}/run"]
+    assert remounted[f"{at}/run"] >= HARDENED and remounted[f"{at}/dev/shm"] >= HARDENED
+
+    assert machine_mounts() == machine_before
+    assert host_sysctl(DMESG_RESTRICT) == host_sysctls_guarded[DMESG_RESTRICT]
+    assert mounts_under(root) == [str(root.resolve())]
+    assert (state / isolation.PROC_SYS_DIR / DMESG_RESTRICT).read_text().strip() == dmesg
 
 
 def test_stacked_proc_remount_inside_keeps_the_stand_in(
@@ -186,7 +269,7 @@ def test_commands_see_a_private_pid_namespace_and_only_harmless_devices(
     assert {"null", "zero", "urandom", "tty", "pts", "shm"} <= set(devices)
 
 
-def test_run_is_kept_per_node_and_emptied_by_a_simulated_reboot(
+def test_run_and_tmp_are_kept_per_node_and_emptied_by_a_simulated_reboot(
     node: tuple[Path, Path], base: Path, tmp_path: Path
 ) -> None:
     root, state = node
@@ -194,8 +277,17 @@ def test_run_is_kept_per_node_and_emptied_by_a_simulated_reboot(
     other_state = tmp_path / "other/isolation"
     isolation.prepare_node(other.path, other_state, "boot-1")
     try:
-        assert run_on_node(root, state, "echo x > /run/flag").returncode == 0
-        assert run_on_node(root, state, "cat /run/flag").stdout == b"x\n"
+        # Written under a hardened remount; an umount uncovers the same files.
+        first = run_on_node(
+            root,
+            state,
+            "mount -o remount,nosuid,nodev,noexec /run; echo x > /run/flag; echo t > /tmp/flag; "
+            "umount /run; cat /run/flag; umount /tmp; cat /tmp/flag",
+        )
+        assert (first.returncode, first.stdout) == (0, b"x\nt\n"), first.stderr
+        assert (root / "run/flag").read_text() == "x\n"  # where the kubelet looks from outside
+        kept = run_on_node(root, state, "cat /run/flag /tmp/flag; mountpoint -q /run")
+        assert (kept.returncode, kept.stdout) == (0, b"x\nt\n"), kept.stderr
         assert run_on_node(other.path, other_state, "test ! -e /run/flag").returncode == 0
         # A runtime-only sysctl and one from the node's sysctl config; then a reboot.
         (root / "etc/sysctl.d").mkdir(exist_ok=True)
@@ -206,7 +298,8 @@ def test_run_is_kept_per_node_and_emptied_by_a_simulated_reboot(
         after = run_on_node(
             root,
             state,
-            "test ! -e /run/flag; cat /proc/sys/vm/swappiness /proc/sys/vm/dirty_ratio "
+            "test ! -e /run/flag; test ! -e /tmp/flag; test -k /tmp; "
+            "cat /proc/sys/vm/swappiness /proc/sys/vm/dirty_ratio "
             "/proc/sys/kernel/random/boot_id",
         )
         assert after.returncode == 0, after.stderr

@@ -9,7 +9,8 @@ How a pod maps onto the machine (CONTRACTS.md, "Sandbox kubelet pod classes"):
   points can exist without touching the machine, and stray writes vanish), in the node's own
   mount, PID, UTS and IPC namespaces;
 - hostPath volumes are directories of the node's root (hostPath ``/`` = the whole node root, with
-  its private ``/proc`` + ``/proc/sys`` stand-in, ``/sys``, ``/dev``, ``/run``);
+  its private ``/proc`` + ``/proc/sys`` stand-in, ``/sys``, ``/dev``, ``/dev/shm``, ``/run`` and
+  ``/tmp``, each a mount point there as on a node);
 - ConfigMap/Secret/... volumes are the kubelet's materialized directories, bound at their paths;
 - the image is resolved through the image map (repository -> local package directory), which is
   bound at ``/nodewright/package`` (the image layout) and passed as ``NW_PACKAGE_DIR``;

@@ -3,7 +3,8 @@
 Why a separate piece: both the ``exec`` and the ``podman`` runner give every simulated node the
 same things - a copy-on-write root over the cached base rootfs (what hostPath ``/`` means there),
 an isolation state directory (``/proc/sys`` stand-in, ``/sys``), and a boot that matches the node's
-``boot_id`` (a simulated reboot empties ``/run`` and resets kernel settings before the next pod).
+``boot_id`` (a simulated reboot empties ``/run`` and ``/tmp`` and resets kernel settings before the
+next pod).
 """
 
 from __future__ import annotations

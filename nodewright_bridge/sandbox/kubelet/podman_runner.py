@@ -8,8 +8,9 @@ simulated node's root (never the machine's). Isolation is done inside the contai
 privileged container's procfs writes real sysctls: podman runs an entry wrapper first (mounted
 read-only at ``/.nwb/enter.sh``) that, in the container's own mount namespace, gives every mounted
 node root a fresh procfs with the node's ``/proc/sys`` stand-in bound over ``sys`` (the
-container's own ``/proc/sys`` too), the node's ``/sys``, and a private ``/dev``; then it executes
-the pod's command. Settings this machine needs (runc, cgroupfs, no default ulimits) are passed
+container's own ``/proc/sys`` too), the node's ``/sys``, a private ``/dev``, and the node's ``/run``
+and ``/tmp`` bound onto themselves (mount points, as in ``isolation``); then it executes the pod's
+command. Settings this machine needs (runc, cgroupfs, no default ulimits) are passed
 on the command line and in ``scripts/install-system-deps.sh``.
 """
 
@@ -75,6 +76,9 @@ for R in $NWB_NODE_ROOTS; do
   ln -s pts/ptmx "$R/dev/ptmx"; ln -s /proc/self/fd "$R/dev/fd"
   ln -s /proc/self/fd/0 "$R/dev/stdin"; ln -s /proc/self/fd/1 "$R/dev/stdout"
   ln -s /proc/self/fd/2 "$R/dev/stderr"
+  for d in run tmp; do
+    mkdir -p "$R/$d"; mount --bind "$R/$d" "$R/$d"; mount -o remount,bind,nosuid,nodev "$R/$d"
+  done
 done
 unset NWB_NODE_ROOTS
 exec "$@"

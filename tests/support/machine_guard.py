@@ -1,0 +1,41 @@
+"""What sandbox tests read on the real machine to prove a role on a simulated node left it alone.
+
+Why a shared helper: integration and e2e tests both compare this machine's mount table and kernel
+settings before and after roles ran on simulated nodes. Other tests on the same box mount and
+unmount node roots at any moment, so the comparison covers the machine's own system mounts (``/``,
+``/proc``, ``/sys``, ``/dev``, ``/run``, ``/tmp`` and everything under the first four and ``/run``),
+the ones a leaked ``mount`` or ``sysctl`` would change, and not the sandboxes' node roots.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SYSTEM_MOUNTS = ("/", "/proc", "/sys", "/dev", "/run", "/tmp")
+_SYSTEM_TREES = ("/proc/", "/sys/", "/dev/", "/run/")
+
+
+def machine_mounts() -> list[str]:
+    """This process's ``/proc/self/mountinfo`` lines for the machine's system mounts, in order."""
+    with open("/proc/self/mountinfo") as handle:
+        lines = handle.read().splitlines()
+    return [
+        line
+        for line in lines
+        if (point := line.split()[4]) in SYSTEM_MOUNTS or point.startswith(_SYSTEM_TREES)
+    ]
+
+
+def mount_options(mountinfo: str) -> dict[str, set[str]]:
+    """Mount point -> its per-mount options, from mountinfo text (a stacked mount: the top one)."""
+    options: dict[str, set[str]] = {}
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 5:
+            options[fields[4]] = set(fields[5].split(","))
+    return options
+
+
+def host_sysctl(rel: str) -> str:
+    """This machine's value of ``/proc/sys/<rel>`` (``rel`` like ``vm/swappiness``)."""
+    return (Path("/proc/sys") / rel).read_text().strip()
