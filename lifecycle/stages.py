@@ -53,6 +53,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from lifecycle import durations, interrupts, versions
 from lifecycle.actions import (
@@ -210,9 +211,18 @@ def _sha(text: str) -> str:
 
 
 def config_hash(package: Package) -> str:
-    """Hash of what a config stage applies: the package's ``vars`` and ``configMap``."""
-    payload = _stable_json({"vars": package.vars, "configMap": package.config_map})
-    return _sha(payload)[:CONFIG_HASH_CHARS]
+    """Hash of what a config stage applies: ``vars``, ``configMap`` and the tag selection.
+
+    ``tags``/``skipTags`` change which of the role's tasks run, so a change re-runs the stage
+    like a vars change. They enter only when set: a package without them keeps the hash it had
+    before they existed, so nodes are not re-run by a controller upgrade.
+    """
+    content: dict[str, Any] = {"vars": package.vars, "configMap": package.config_map}
+    if package.tags:
+        content["tags"] = package.tags
+    if package.skip_tags:
+        content["skipTags"] = package.skip_tags
+    return _sha(_stable_json(content))[:CONFIG_HASH_CHARS]
 
 
 def config_digests(package: Package) -> dict[str, str]:

@@ -136,6 +136,11 @@ def build_pod(req: PodRequest) -> dict[str, Any]:
         {"name": "NW_HOST_ROOT", "value": HOST_MOUNT},
         {"name": "NW_HOST_CONNECTION", "value": cr.spec.host_connection.value},
     ]
+    if not req.interrupt_type:
+        # Tag names are validated comma-free, so joining them loses nothing.
+        for name, tags in (("NW_TAGS", package.tags), ("NW_SKIP_TAGS", package.skip_tags)):
+            if tags:
+                env.append({"name": name, "value": ",".join(tags)})
     env += [e.to_wire() for e in package.env]
     volumes: list[dict[str, Any]] = [
         {"name": "host", "hostPath": {"path": "/", "type": "Directory"}},

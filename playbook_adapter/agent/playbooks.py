@@ -20,6 +20,15 @@ Host connection (``NW_HOST_CONNECTION``):
   through the wrapper, so no path has to exist in both the container and the host. Needs
   ``hostPID`` and privileges (the node pod has both); never used against this machine in tests.
 
+Tags (``NW_TAGS``/``NW_SKIP_TAGS``, the package's ``tags``/``skipTags``) go to ansible-playbook
+as ``--tags``/``--skip-tags`` and so select the role's tasks by their own tags, as they would in
+``ansible-playbook --tags``. Tags on an ``include_role`` task apply to the include itself only
+(not to the tasks it includes, unless ``apply`` says so), so the include must itself be selected,
+or nothing of the role runs: it is tagged ``always`` - without ``apply``, so the role's tasks keep
+only their own tags. When ``skipTags`` holds ``always`` or ``tagged``, which would skip that
+include, it carries the tags that are selected and not skipped instead, or none
+(``include_tags``); every task Ansible would run then still runs.
+
 Reboot handlers: a role that notifies a handler named like "reboot" must not reboot the node from
 inside a stage (the controller drains first and runs the interrupt stage). Such handlers are
 rewritten, in a private copy of the role, into ``set_fact: nodewright_reboot_required: true``,
@@ -33,7 +42,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +60,8 @@ NSENTER_WRAPPER = """#!/bin/sh
 shift
 exec nsenter -t 1 -m -u -i -n -p -- "$@"
 """
+# Tags our include_role task when "always" is skipped and no --tags are given (include_tags).
+INCLUDE_TAG = "nodewright-stage"
 # Remote temp dir inside the host root; private to root, removed by Ansible after each module.
 REMOTE_TMP = "/tmp/.nwb-ansible"
 
@@ -113,15 +124,17 @@ def prepare(
         if first:
             play["gather_subset"] = [s for s in settings.gather_subset.split(",") if s]
         if entry.kind is EntryKind.TASKS:
-            play["tasks"].append(
-                {
-                    "name": f"{manifest.name} {stage}",
-                    "ansible.builtin.include_role": {
-                        "name": str(run_role),
-                        "tasks_from": _tasks_from(entry.file),
-                    },
-                }
-            )
+            include: dict[str, Any] = {
+                "name": f"{manifest.name} {stage}",
+                "ansible.builtin.include_role": {
+                    "name": str(run_role),
+                    "tasks_from": _tasks_from(entry.file),
+                },
+            }
+            gate = include_tags(settings.tags, settings.skip_tags)
+            if gate:
+                include["tags"] = gate
+            play["tasks"].append(include)
             plays.append(play)
         else:
             plays.append(play)
@@ -184,6 +197,27 @@ def prepare(
         stages=with_entry,
         rewritten_handlers=rewritten,
     )
+
+
+def include_tags(tags: Sequence[str], skip_tags: Sequence[str]) -> list[str]:
+    """Tags for our ``include_role`` task so that it runs whenever a task of the role would.
+
+    Ansible checks ``--skip-tags`` in order: ``all`` (only ``always`` tasks survive, unless
+    ``always`` is skipped too), then the tags named, then ``tagged``. ``always`` is selected by
+    any ``--tags``. When ``always`` is itself skipped, the selected tags that are not skipped do
+    the job, or under the default ``--tags all`` a tag of our own (an untagged include would
+    fall to ``--skip-tags untagged``). ``--skip-tags tagged`` skips any tagged include; an
+    untagged one runs exactly when untagged tasks can, and only those can run then.
+    """
+    if "all" in skip_tags:
+        return ["always"]
+    if "tagged" in skip_tags:
+        return []
+    if "always" not in skip_tags:
+        return ["always"]
+    if not tags:
+        return [INCLUDE_TAG]
+    return [t for t in tags if t not in skip_tags]
 
 
 def _tasks_from(file: str) -> str:

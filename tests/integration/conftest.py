@@ -6,6 +6,8 @@
 - ``control_plane`` (session): ``sandbox.control_plane``, for tests that only need the apiserver.
 - ``kube`` (per test): a ``Kube`` with ready-made API objects and helpers whose objects are
   cleaned up after the test: ``namespace()``, ``add_nodes()``, ``cordon()``.
+- ``isolated_node`` (per test, needs root): ``(root, isolation state)`` of a copy-on-write node
+  root over the cached Debian base, for running the real agent with ``roletesting``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from nodewright_bridge import crds, errors
 from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.resources import Resource
 from nodewright_bridge.k8s.rest import Rest
-from nodewright_bridge.sandbox import Sandbox, binaries
+from nodewright_bridge.sandbox import Sandbox, binaries, isolation, rootfs
 from nodewright_bridge.sandbox.controlplane import ControlPlane
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode
 
@@ -45,6 +47,20 @@ def wait_for(check: Callable[[], Any], *, timeout: float = WAIT_SECONDS, what: s
             return last
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what or check}: {last!r}")
+
+
+@pytest.fixture(scope="session")
+def base_rootfs() -> Path:
+    return rootfs.ensure_base_rootfs()
+
+
+@pytest.fixture
+def isolated_node(base_rootfs: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    root = rootfs.mount_node_root(base_rootfs, tmp_path / "node")
+    state = tmp_path / "node" / "isolation"
+    isolation.prepare_node(root.path, state, "boot-1")
+    yield root.path, state
+    rootfs.unmount_node_root(root, remove=True)
 
 
 @pytest.fixture(scope="session")
