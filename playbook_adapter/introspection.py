@@ -30,7 +30,7 @@ import json
 import logging
 import re
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,7 +213,11 @@ def inspect_path(path: Path) -> RoleInfo:
 
 
 def detect_interrupt(role: Path) -> Interrupt | None:
-    handlers = list(_tasks_in(role / "handlers"))
+    return interrupt_from_handlers(list(_tasks_in(role / "handlers")))
+
+
+def interrupt_from_handlers(handlers: Sequence[Mapping[str, Any]]) -> Interrupt | None:
+    """The default interrupt the handlers imply (see the module docstring)."""
     if any("reboot" in str(h.get("name", "")).lower() for h in handlers):
         return Interrupt(type=InterruptType.REBOOT)
     services: list[str] = []

@@ -6,35 +6,15 @@ for every combination hypothesis finds of the special tags and two plain ones.
 
 from __future__ import annotations
 
-from typing import Any
-
-from ansible.parsing.dataloader import DataLoader
-from ansible.playbook.play import Play
-from ansible.vars.manager import VariableManager
+from ansible_tags import SPECIAL, runs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from playbook_adapter.agent import playbooks
 from playbook_adapter.agent.settings import AgentSettings
 
-WORDS = ["web", "db", "always", "never", "all", "tagged", "untagged", playbooks.INCLUDE_TAG]
+WORDS = ["web", "db", *SPECIAL, playbooks.INCLUDE_TAG]
 TAG_SETS = st.lists(st.sampled_from(WORDS), unique=True, max_size=4)
-_LOADER = DataLoader()
-
-
-def runs(tags: list[str], only: list[str], skip: list[str]) -> bool:
-    """Whether ansible-playbook --tags ONLY --skip-tags SKIP runs a task tagged TAGS."""
-    task: dict[str, Any] = {"name": "t", "debug": {"msg": "x"}}
-    if tags:
-        task["tags"] = tags
-    play = Play.load(
-        {"hosts": "all", "tasks": [task]},
-        loader=_LOADER,
-        variable_manager=VariableManager(loader=_LOADER),
-    )
-    (compiled,) = [t for block in play.get_tasks() for t in block]
-    # ansible-playbook's default is --tags all; --skip-tags defaults to none.
-    return bool(compiled.evaluate_tags(only or ["all"], skip, {}))
 
 
 @settings(max_examples=400, deadline=None)
