@@ -35,9 +35,15 @@ DNS1123_SUBDOMAIN_PATTERN = (
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # max 253 chars
 )
 RESERVED_COMPARTMENT = "__default__"  # the implicit compartment of nodes no selector matches
+# Ansible tag names as ansible-playbook --tags takes them: comma-separated, each stripped, so a
+# tag can hold neither a comma nor surrounding blanks. The bounds keep the pod env and CEL small.
+TAG_PATTERN = r"^[^,\s]([^,]*[^,\s])?$"
+TAGS_MAX = 64
+TAG_MAX_CHARS = 128
 
 _PACKAGE_NAME = re.compile(PACKAGE_NAME_PATTERN)
 _DIGEST = re.compile(DIGEST_PATTERN)
+_TAG = re.compile(TAG_PATTERN)
 LABEL_NAME_PATTERN = r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"
 _LABEL_NAME = re.compile(LABEL_NAME_PATTERN)
 _DNS1123_SUBDOMAIN = re.compile(DNS1123_SUBDOMAIN_PATTERN)
@@ -394,6 +400,36 @@ class Package(InputModel):
     graceful_shutdown: str | None = Field(
         default=None, description="Pod terminationGracePeriod (Go duration)."
     )
+    tags: list[str] = Field(
+        default_factory=list,
+        max_length=TAGS_MAX,
+        description="Run only the role's tasks with one of these Ansible tags, in every stage "
+        "(ansible-playbook --tags); empty = all tasks.",
+    )
+    skip_tags: list[str] = Field(
+        default_factory=list,
+        max_length=TAGS_MAX,
+        description="Skip the role's tasks with one of these Ansible tags, in every stage "
+        "(ansible-playbook --skip-tags).",
+    )
+
+    @field_validator("tags", "skip_tags")
+    @classmethod
+    def _ansible_tag_names(cls, value: list[str]) -> list[str]:
+        problems: list[tuple[str, str]] = []
+        for index, tag in enumerate(value):
+            if len(tag) > TAG_MAX_CHARS:
+                problems.append((f"[{index}]", f"is longer than {TAG_MAX_CHARS} characters"))
+            elif not _TAG.match(tag):
+                problems.append(
+                    (
+                        f"[{index}]",
+                        f'"{tag}" is not a tag name: it must be non-empty, without commas and '
+                        "without leading or trailing spaces (give each tag as its own list item)",
+                    )
+                )
+        _check(problems)
+        return value
 
     @field_validator("version")
     @classmethod

@@ -58,6 +58,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from lifecycle import durations, interrupts, versions
 from lifecycle.actions import (
@@ -220,14 +221,19 @@ def _sha(text: str) -> str:
 
 
 def config_hash(package: Package) -> str:
-    """Hash of what a config stage applies: ``vars``, ``configMap`` and the ``secretVars`` refs.
+    """Hash of what a config stage applies: ``vars``, ``configMap``, the ``secretVars`` refs and
+    the tag selection (``tags``/``skipTags`` change which of the role's tasks run).
 
-    The refs join the payload only when there are any, so the hash of a package without them is
+    The refs and tags join the payload only when set, so the hash of a package without them is
     the one earlier versions recorded (no fleet-wide config run after a controller upgrade).
     """
-    payload: dict[str, object] = {"vars": package.vars, "configMap": package.config_map}
+    payload: dict[str, Any] = {"vars": package.vars, "configMap": package.config_map}
     if package.secret_vars:
         payload["secretVars"] = [ref.to_wire() for ref in package.secret_vars]
+    if package.tags:
+        payload["tags"] = package.tags
+    if package.skip_tags:
+        payload["skipTags"] = package.skip_tags
     return _sha(_stable_json(payload))[:CONFIG_HASH_CHARS]
 
 

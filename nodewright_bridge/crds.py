@@ -230,6 +230,17 @@ MODEL_RULES: dict[str, list[Schema]] = {
     ],
 }
 
+_TAG_LIST: Schema = {
+    "items": {"type": "string", "maxLength": spec.TAG_MAX_CHARS},
+    "x-kubernetes-validations": [
+        _rule(
+            f"self.all(t, t.matches(r'{spec.TAG_PATTERN}'))",
+            "each tag must be non-empty, without commas and without leading or trailing spaces "
+            "(give each tag as its own list item)",
+        )
+    ],
+}
+
 # Extra schema keywords for one property (model class name, wire name) - CEL rules on the value
 # itself and bounds that pydantic does not express.
 FIELD_EXTRAS: dict[tuple[str, str], Schema] = {
@@ -282,6 +293,8 @@ FIELD_EXTRAS: dict[tuple[str, str], Schema] = {
         ],
     },
     ("Package", "dependsOn"): {"maxProperties": DEPENDS_ON_MAX},
+    ("Package", "tags"): _TAG_LIST,
+    ("Package", "skipTags"): _TAG_LIST,
     ("Package", "gracefulShutdown"): {
         "maxLength": 64,
         "x-kubernetes-validations": [

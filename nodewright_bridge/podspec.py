@@ -140,6 +140,11 @@ def build_pod(req: PodRequest) -> dict[str, Any]:
         # The role decides: its restart handlers become requests the controller performs on a
         # drained node. A CR that sets the interrupt owns it, and handlers then act in place.
         env.append({"name": "NW_DEFER_RESTARTS", "value": "true"})
+    if not req.interrupt_type:
+        # Tag names are validated comma-free, so joining them loses nothing.
+        for name, tags in (("NW_TAGS", package.tags), ("NW_SKIP_TAGS", package.skip_tags)):
+            if tags:
+                env.append({"name": name, "value": ",".join(tags)})
     env += [e.to_wire() for e in package.env]
     volumes: list[dict[str, Any]] = [
         {"name": "host", "hostPath": {"path": "/", "type": "Directory"}},

@@ -17,6 +17,10 @@ play                          NodeWright / DeploymentPolicy
                               name/version/interrupt from the role's ``nodewright-package.yaml``,
                               else what ``nwb package init`` would detect, else
                               ``--default-version``; image ``<image-prefix>/<name>``.
+``pre_tasks``, ``tasks``,     generated packages, in the chain where Ansible runs them (below);
+``post_tasks``, ``handlers``  each a role made by ``playroles`` and written by the command.
+``tags`` (play, role entry)   folded with ``--tags``/``--skip-tags`` (the ones the playbook is run
+and ``--tags``/``--skip-tags``  with) into the packages' ``tags``/``skipTags`` (below).
 group_vars, play ``vars``,    every package's ``vars`` (later wins: group vars by Ansible's
 ``vars_files``, role ``vars``  group precedence, then play vars, vars_files, the role entry's vars).
                               A group var whose value differs between targeted hosts cannot be
@@ -28,7 +32,10 @@ group_vars, play ``vars``,    every package's ``vars`` (later wins: group vars b
                               growing -> the better fit of linear (constant delta) and
                               exponential (integer factor), ties to exponential because Ansible
                               jumps to the last size as soon as the list ends. No ``serial``
-                              -> 100 % (Ansible runs all hosts at once).
+                              -> 100 % (Ansible runs all hosts at once). Example: ``[1, 2,
+                              "50%"]`` on 10 hosts is batches 1, 2, 5, 5, ...: exponential from
+                              1 by x2 (1, 2, 4 fits as well as linear 1, 3, 5; ties go to
+                              exponential), budget ``percent: 50`` caps every batch at 5.
 ``max_fail_percentage``       ``batchThreshold = 100 - max_fail_percentage`` (min 1) and
                               ``failureThreshold: 1`` (Ansible aborts the play).
 ``any_errors_fatal``          ``batchThreshold: 100``, ``failureThreshold: 1``.
@@ -37,10 +44,34 @@ group_vars, play ``vars``,    every package's ``vars`` (later wins: group vars b
 always                        ``safetyLimit: 100`` (Ansible judges every batch, late ones too).
 ============================  ================================================================
 
-Not translated, and reported with ``file:line``: tasks outside roles (``pre_tasks``, ``tasks``,
-``post_tasks``), play ``handlers``, ``delegate_to`` / ``run_once`` / ``local_action`` (in the play
-or inside a role's task files), ``when`` / ``tags`` on roles, ``strategy`` other than linear,
-host_vars, vault-encrypted values, and any play keyword not listed above.
+A play's own tasks. Ansible runs a play as pre_tasks -> flush handlers -> roles -> tasks ->
+flush -> post_tasks -> flush. The roles are packages already, so the order is kept by the
+``dependsOn`` chain: the ``pre_tasks`` become a package ``<cr>-pre-tasks`` that the first role
+depends on, ``tasks`` + ``post_tasks`` a package ``<cr>-tasks`` that depends on the last role
+(with ``meta: flush_handlers`` between the two sections), and a play without roles one package
+``<cr>-tasks`` holding all three sections with a flush between each. Each generated role gets the
+play's ``handlers`` (they run at the end of its package, which is the flush that follows its
+sections in Ansible), the play's ``collections``, and the files its tasks name relative to the
+playbook. Its package gets the same CR ``vars`` as the role packages (group vars, play vars,
+vars_files): editable in the CR, and a change is paced like any vars change. Kept as in Ansible
+but differing in detail, and so reported: a role that notifies one of the play's handlers (the
+role's package has only the role's handlers; Ansible flushes role handlers with the tasks', here
+at the end of the role's package); a ``set_fact``/``register`` of a var that is also a CR var
+(extra vars win over both). The version is ``--default-version``, else 1.0.0; the command warns
+when a generated role changed but kept its version.
+
+Tags. A ``tags`` keyword on a play or role entry does not select anything in Ansible: it is added
+to each task under it, and only ``ansible-playbook --tags/--skip-tags`` select. So without
+``--tags``/``--skip-tags`` every task runs and no package gets a selection (a note says so); with
+them, ``select_tags`` folds the inherited tags into the package's ``tags``/``skipTags`` so that the
+agent, which sees only the tasks' own tags, runs exactly the tasks Ansible would, and a package
+that the run skips entirely is left out of the chain (a note says so).
+
+Not translated, and reported with ``file:line``: ``delegate_to`` / ``run_once`` /
+``local_action`` (in the play's tasks or a role's task files; the task is kept and the note says
+what it does on a node), ``when`` on roles, ``strategy`` other than linear, host_vars,
+vault-encrypted values, templated tags, files a play's task names that cannot be carried into its
+role, and any play keyword not listed above.
 """
 
 from __future__ import annotations
@@ -57,9 +88,10 @@ import yaml
 from lifecycle.errors import SpecError
 from lifecycle.spec import LabelSelector, LabelSelectorRequirement, SelectorOperator
 from lifecycle.validation import load_nodewright, load_policy
-from playbook_adapter import introspection
+from playbook_adapter import introspection, playroles
 from playbook_adapter.errors import BadInputError, PackageError
 from playbook_adapter.manifest import MANIFEST_FILE, load_manifest
+from playbook_adapter.playroles import GeneratedRole, Tagged, Unsafe
 
 API_VERSION = "bridge.nodewright.io/v1alpha1"
 DEFAULT_IMAGE_PREFIX = "localhost/nodewright"
@@ -82,10 +114,21 @@ _HANDLED_PLAY_KEYS = frozenset(
         "strategy",
         "become_user",
         "become_method",
+        "tags",
     }
 )
 _TASK_SECTIONS = ("pre_tasks", "tasks", "post_tasks", "handlers")
 _NODE_LOCAL_KEYS = ("delegate_to", "run_once", "local_action", "delegate_facts")
+# What a node-local keyword means once the task runs in a package on its node.
+_NODE_LOCAL_MEANING = {
+    "delegate_to": "the task is kept and runs from the node's own pod, not the control machine",
+    "run_once": "the task is kept, and as every node runs its own play it runs once per node",
+    "local_action": "the task is kept and runs in the node's pod, not on the control machine",
+    "delegate_facts": "the task is kept; the facts land on the delegated host of the node's play",
+}
+# Version of a generated role when --default-version is not given.
+GENERATED_VERSION = "1.0.0"
+_SET_FACT = ("set_fact", "ansible.builtin.set_fact", "ansible.legacy.set_fact")
 
 
 class PlaybookImportError(BadInputError):
@@ -106,20 +149,25 @@ class Note:
 
 @dataclass
 class ImportResult:
-    """The generated documents (policy then CR, per play, as wire dicts) and the notes."""
+    """The generated documents (policy then CR, per play, as wire dicts), the roles generated
+    from plays' own tasks (to be written with ``playroles.write_role``) and the notes."""
 
     documents: list[dict[str, Any]] = field(default_factory=list)
+    roles: list[GeneratedRole] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class ImportOptions:
-    """How groups map to labels and where package images and roles are found."""
+    """How groups map to labels, where package images and roles are found, and the
+    ``--tags``/``--skip-tags`` the playbook is run with (empty: a plain run)."""
 
     group_labels: Mapping[str, LabelSelector]
     image_prefix: str = DEFAULT_IMAGE_PREFIX
     default_version: str | None = None
     roles_paths: tuple[Path, ...] = ()
+    tags: tuple[str, ...] = ()
+    skip_tags: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,13 +181,6 @@ class _LineDict(dict[str, Any]):
 
 class _LineList(list[Any]):
     line = 0
-
-
-@dataclass(frozen=True)
-class _Tagged:
-    """A value under an Ansible-specific tag we cannot evaluate (``!vault``, custom tags)."""
-
-    tag: str
 
 
 class _Loader(yaml.SafeLoader):
@@ -162,12 +203,14 @@ def _construct_seq(loader: _Loader, node: yaml.SequenceNode) -> Iterator[_LineLi
 
 def _construct_unsafe(loader: _Loader, node: yaml.Node) -> object:
     if isinstance(node, yaml.ScalarNode):
-        return loader.construct_scalar(node)
-    return _Tagged(node.tag)
+        return Unsafe(loader.construct_scalar(node))
+    return Tagged(node.tag)
 
 
-def _construct_other(loader: _Loader, suffix: str, node: yaml.Node) -> _Tagged:
-    return _Tagged("!" + suffix)
+def _construct_other(loader: _Loader, suffix: str, node: yaml.Node) -> Tagged:
+    if isinstance(node, yaml.ScalarNode):
+        return Tagged("!" + suffix, str(loader.construct_scalar(node)))
+    return Tagged("!" + suffix)
 
 
 _Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
@@ -207,7 +250,7 @@ def _plain(value: Any) -> Any:
 
 
 def _has_tagged(value: Any) -> bool:
-    if isinstance(value, _Tagged):
+    if isinstance(value, Tagged):
         return True
     if isinstance(value, Mapping):
         return any(_has_tagged(v) for v in value.values())
@@ -618,6 +661,7 @@ class _Context:
     inventory: _Inventory
     result: ImportResult
     names: set[str] = field(default_factory=set)
+    generated_names: set[str] = field(default_factory=set)  # packages made from play tasks
     vars_cache: dict[Path, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
@@ -733,39 +777,297 @@ def _role_info(ctx: _Context, role: str, role_dir: Path | None, where: str) -> _
     return None
 
 
-def _scan_tasks(
-    ctx: _Context, tasks: Any, path: Path, section: str, *, report_each: bool = True
-) -> None:
-    """Report node-local keywords (delegate_to, run_once, ...) in a task list, blocks included."""
+def _all_tasks(tasks: Any) -> Iterator[Mapping[str, Any]]:
+    """Every task of a task list, the tasks of its blocks included."""
     if not isinstance(tasks, list):
         return
     for task in tasks:
-        if not isinstance(task, Mapping):
-            continue
-        label = task.get("name") or next((k for k in task if k not in ("when", "tags")), "task")
+        if isinstance(task, Mapping):
+            yield task
+            for nested in ("block", "rescue", "always"):
+                yield from _all_tasks(task.get(nested))
+
+
+def _label(task: Mapping[str, Any]) -> str:
+    return str(task.get("name") or next((k for k in task if k not in ("when", "tags")), "task"))
+
+
+def _scan_tasks(ctx: _Context, tasks: Any, path: Path, section: str) -> set[str]:
+    """Report node-local keywords (delegate_to, run_once, ...) in a task list, blocks included;
+    return the handler names the tasks notify (static names only)."""
+    notified: set[str] = set()
+    for task in _all_tasks(tasks):
         for key in _NODE_LOCAL_KEYS:
-            if key in task and report_each:
+            if key in task:
                 detail = f" {task[key]}" if key == "delegate_to" else ""
                 ctx.note(
                     path,
                     _line(task),
-                    f"{section}: task {label!r} uses {key}{detail}; a package runs on its own "
-                    "node only — not translated",
+                    f"{section}: task {_label(task)!r} uses {key}{detail}: a package runs on "
+                    f"its own node, so this is not translated — {_NODE_LOCAL_MEANING[key]}",
                 )
-        for nested in ("block", "rescue", "always"):
-            _scan_tasks(ctx, task.get(nested), path, section, report_each=report_each)
+        notify = task.get("notify")
+        names = notify if isinstance(notify, list) else [notify] if notify else []
+        notified |= {str(n) for n in names if "{{" not in str(n)}
+    return notified
 
 
-def _scan_role(ctx: _Context, role_dir: Path) -> None:
+def _scan_role(ctx: _Context, role_dir: Path) -> set[str]:
+    """Report node-local keywords in the role's task files; return the handlers they notify
+    that the role does not define itself."""
+    notified: set[str] = set()
     tasks_dir = role_dir / "tasks"
-    if not tasks_dir.is_dir():
-        return
-    for path in sorted(tasks_dir.rglob("*.y*ml")):
+    for path in sorted(tasks_dir.rglob("*.y*ml")) if tasks_dir.is_dir() else []:
         try:
             tasks = _load_yaml(path)
         except PlaybookImportError:
             continue
-        _scan_tasks(ctx, tasks, path, f"role {role_dir.name}")
+        notified |= _scan_tasks(ctx, tasks, path, f"role {role_dir.name}")
+    handlers_dir = role_dir / "handlers"
+    for path in sorted(handlers_dir.rglob("*.y*ml")) if handlers_dir.is_dir() else []:
+        try:
+            notified -= _handler_names(_load_yaml(path))
+        except PlaybookImportError:
+            continue
+    return notified
+
+
+def _handler_names(handlers: Any) -> set[str]:
+    """Names and ``listen`` topics a handler list answers to."""
+    names: set[str] = set()
+    for handler in _all_tasks(handlers):
+        if handler.get("name"):
+            names.add(str(handler["name"]))
+        listen = handler.get("listen")
+        names |= {str(t) for t in (listen if isinstance(listen, list) else [listen]) if t}
+    return names
+
+
+# --------------------------------------------------------------------------------------------
+# Tags
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TagSelection:
+    """A package's ``tags``/``skipTags``: what the agent passes as --tags/--skip-tags."""
+
+    tags: tuple[str, ...] = ()
+    skip_tags: tuple[str, ...] = ()
+
+
+def select_tags(
+    inherited: Sequence[str], tags: Sequence[str], skip_tags: Sequence[str]
+) -> TagSelection | None:
+    """The package selection equal to ``ansible-playbook --tags TAGS --skip-tags SKIP_TAGS``
+    for a role or task list whose tasks inherit ``inherited`` (play and role-entry ``tags``);
+    None when that run skips every task of it.
+
+    Why not just copy the tags: in Ansible a role entry's ``tags`` select nothing by
+    themselves - they are added to each task of the role, and only the command line's --tags /
+    --skip-tags select. The agent sees the tasks' own tags only, so the inherited ones are folded
+    into the selection. ``tests/unit/adapter/test_import_tags.py`` checks the result against
+    Ansible's own evaluation.
+    """
+    own = set(inherited)
+    only = set(tags) or {"all"}
+    skip = set(skip_tags)
+    if not own:
+        return TagSelection(tuple(dict.fromkeys(tags)), tuple(dict.fromkeys(skip_tags)))
+    # --skip-tags, in Ansible's order: all, then the named tags, then tagged.
+    if "all" in skip:
+        kept_skip = () if "always" in own and "always" not in skip else tuple(skip_tags)
+    elif own & skip or "tagged" in skip:
+        return None
+    else:
+        kept_skip = _ordered(skip_tags, skip - {"untagged"})  # inheriting, no task is untagged
+    # --tags
+    if "always" in own or own & only:
+        selected: tuple[str, ...] = ("all", "never")  # every task, even those tagged never
+    elif only & {"all", "tagged"} and "never" not in own:
+        wanted = (only - {"tagged", "untagged"}) | {"all"}
+        selected = () if wanted == {"all"} else ("all", *_ordered(tags, wanted - {"all"}))
+    else:
+        named = _ordered(tags, only - {"all", "tagged", "untagged"})
+        selected = named or ("always",)
+    return TagSelection(selected, kept_skip)
+
+
+def _ordered(given: Sequence[str], keep: set[str]) -> tuple[str, ...]:
+    return tuple(t for t in dict.fromkeys(given) if t in keep)
+
+
+def _tag_names(ctx: _Context, value: Any, path: Path, line: int, what: str) -> list[str]:
+    """A ``tags`` keyword as Ansible reads it: a list, or a comma-separated string."""
+    if value is None:
+        return []
+    raw = [str(t) for t in value] if isinstance(value, list) else str(value).split(",")
+    names = [t.strip() for t in raw if t.strip()]
+    templated = [t for t in names if "{{" in t]
+    if templated:
+        ctx.note(path, line, f"{what}: templated tags {templated} cannot be evaluated; ignored")
+    return [t for t in names if "{{" not in t]
+
+
+def _apply_tags(
+    ctx: _Context,
+    package: dict[str, Any],
+    inherited: Sequence[str],
+    label: str,
+    where: tuple[Path, int],
+) -> bool:
+    """Set the package's tags/skipTags; False when the run would skip all of it."""
+    options = ctx.options
+    path, line = where
+    selection = select_tags(inherited, options.tags, options.skip_tags)
+    if selection is None:
+        ctx.note(
+            path,
+            line,
+            f"{label}: tagged {list(inherited)}, which --skip-tags {list(options.skip_tags)} "
+            "skips entirely — no package",
+            untranslated=False,
+        )
+        return False
+    if inherited and not (options.tags or options.skip_tags):
+        ctx.note(
+            path,
+            line,
+            f"{label}: tags {list(inherited)} select only with ansible-playbook --tags; every "
+            "task runs, as in a plain run (pass your --tags/--skip-tags to the import)",
+            untranslated=False,
+        )
+    if selection.tags:
+        package["tags"] = list(selection.tags)
+    if selection.skip_tags:
+        package["skipTags"] = list(selection.skip_tags)
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# Packages generated from a play's own tasks
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Chain:
+    """A play's packages in Ansible's order, each depending on the one before it."""
+
+    packages: dict[str, Any] = field(default_factory=dict)
+    previous: tuple[str, str] | None = None
+
+    def add(self, name: str, package: dict[str, Any]) -> None:
+        if self.previous is not None:
+            package["dependsOn"] = {self.previous[0]: self.previous[1]}
+        self.packages[name] = package
+        self.previous = (name, str(package["version"]))
+
+
+@dataclass(frozen=True)
+class _PlayParts:
+    """What the generated packages of one play share."""
+
+    play: Mapping[str, Any]
+    path: Path
+    line: int
+    cr_name: str
+    handlers: list[Any]
+    combined: Mapping[str, Any]
+    tags: list[str]
+
+
+def _generated_name(ctx: _Context, cr_name: str, suffix: str, taken: Mapping[str, Any]) -> str:
+    stem = cr_name if re.match(r"^[a-z]", cr_name) else f"play-{cr_name}"
+    counter = 1
+    while True:
+        extra = f"-{counter}" if counter > 1 else ""
+        name = stem[: 43 - len(suffix) - len(extra)].rstrip("-") + extra + suffix
+        if name not in ctx.generated_names and name not in taken:
+            ctx.generated_names.add(name)
+            return name
+        counter += 1
+
+
+def _generated_package(
+    ctx: _Context, parts: _PlayParts, sections: Sequence[str], suffix: str, chain: _Chain
+) -> None:
+    """Add the package whose role holds ``sections`` of the play (module docstring)."""
+    play, path = parts.play, parts.path
+    what = " + ".join(s for s in sections if play.get(s))
+    tasks = playroles.play_tasks([play.get(s) or [] for s in sections])
+    name = _generated_name(ctx, parts.cr_name, suffix, chain.packages)
+    version = ctx.options.default_version or GENERATED_VERSION
+    package: dict[str, Any] = {
+        "version": version,
+        "image": f"{ctx.options.image_prefix.rstrip('/')}/{name}",
+        "vars": dict(parts.combined),
+    }
+    line = _line(play.get(sections[0])) or parts.line
+    if not _apply_tags(ctx, package, parts.tags, f"play {what}", (path, line)):
+        return
+    handlers = parts.handlers
+    interrupt = introspection.interrupt_from_handlers([h for h in handlers if isinstance(h, dict)])
+    if interrupt:
+        package["interrupt"] = interrupt.to_wire()
+    referenced, missing = playroles.referenced_files([*tasks, *handlers], path.parent)
+    for gap in missing:
+        ctx.note(
+            path,
+            gap.line or line,
+            f"{what}: task {gap.task!r} names {gap.reference or 'a file'!r}: {gap.reason}; "
+            f"role {name} is generated without it",
+        )
+    description = f"The {what} of play {play.get('name') or parts.cr_name!r} ({path.name}:{line})"
+    own = playroles.role_files(
+        name=name,
+        version=version,
+        description=description,
+        tasks=tasks,
+        handlers=handlers,
+        collections=[str(c) for c in play.get("collections") or [] if isinstance(c, str)],
+    )
+    for clash in sorted(set(referenced) & set(own)):
+        ctx.note(
+            path, line, f"{what}: {clash} is generated; the playbook's file of that name is not"
+        )
+    ctx.result.roles.append(GeneratedRole(name, version, {**referenced, **own}))
+    if _has_tagged(tasks) or _has_tagged(handlers):
+        ctx.note(
+            path,
+            line,
+            f"{what}: a vault/custom-tagged value is kept in role {name}, but the agent has no "
+            "vault password; move the secret to secretVars",
+        )
+    _note_shadowed_vars(ctx, tasks, parts.combined, path, what)
+    ctx.note(
+        path,
+        line,
+        f"package {name}: the play's {what} as generated role {name}",
+        untranslated=False,
+    )
+    chain.add(name, package)
+
+
+def _note_shadowed_vars(
+    ctx: _Context, tasks: Sequence[Any], combined: Mapping[str, Any], path: Path, what: str
+) -> None:
+    """A set_fact/register of a var the package also gets as a CR var does not take effect:
+    CR vars are extra vars, which beat set_fact; in the play they were play vars, which do not."""
+    for task in _all_tasks(list(tasks)):
+        names: list[str] = []
+        for key in _SET_FACT:
+            if isinstance(task.get(key), Mapping):
+                names += [str(k) for k in task[key] if k != "cacheable"]
+        if task.get("register"):
+            names.append(str(task["register"]))
+        for var in names:
+            if var in combined:
+                ctx.note(
+                    path,
+                    _line(task),
+                    f"{what}: task {_label(task)!r} sets {var}, which the package also gets as a "
+                    "CR var (an extra var, which set_fact/register cannot override) — rename one",
+                )
 
 
 def _clean_vars(ctx: _Context, values: Mapping[str, Any], path: Path, line: int) -> dict[str, Any]:
@@ -854,14 +1156,11 @@ def _import_play(ctx: _Context, play: Mapping[str, Any], path: Path, index: int)
         ctx.note(path, line, "become_user other than root: the agent runs as root")
     for section in _TASK_SECTIONS:
         tasks = play.get(section)
-        if tasks:
-            count = len(tasks) if isinstance(tasks, list) else 1
-            ctx.note(
-                path,
-                _line(tasks) or line,
-                f"{section}: {count} task(s) outside roles not translated; move them into a role",
-            )
-            _scan_tasks(ctx, tasks, path, section)
+        if tasks is not None and not isinstance(tasks, list):
+            ctx.problems.append(f"{path}:{_line(tasks) or line}: {section} must be a list of tasks")
+            return
+        _scan_tasks(ctx, tasks, path, section)
+    play_tags = _tag_names(ctx, play.get("tags"), path, line, "play tags")
 
     selector, group_names = _selector_for(ctx, play.get("hosts"), where)
     pattern = ":".join(_hosts_pattern(play.get("hosts"))) or "all"
@@ -888,11 +1187,25 @@ def _import_play(ctx: _Context, play: Mapping[str, Any], path: Path, index: int)
             ctx.note(path, line, f"vars_files entry {entry!r} not found or templated; skipped")
 
     roles = play.get("roles") or []
-    if not roles:
-        ctx.note(path, line, "play has no roles: nothing to package — no CR written")
+    has_tasks = any(play.get(s) for s in ("pre_tasks", "tasks", "post_tasks"))
+    if not roles and not has_tasks:
+        ctx.note(path, line, "play has no roles and no tasks: nothing to package — no CR written")
         return
-    packages: dict[str, Any] = {}
-    previous: tuple[str, str] | None = None
+    parts = _PlayParts(
+        play=play,
+        path=path,
+        line=line,
+        cr_name=name,
+        handlers=list(play.get("handlers") or []),
+        combined=combined,
+        tags=play_tags,
+    )
+    chain = _Chain()
+    if not roles:
+        _generated_package(ctx, parts, ("pre_tasks", "tasks", "post_tasks"), "-tasks", chain)
+    elif play.get("pre_tasks"):
+        _generated_package(ctx, parts, ("pre_tasks",), "-pre-tasks", chain)
+    play_handlers = _handler_names(parts.handlers)
     for role_entry in roles:
         entry = role_entry if isinstance(role_entry, Mapping) else {"role": role_entry}
         role = str(entry.get("role") or entry.get("name") or "")
@@ -902,19 +1215,26 @@ def _import_play(ctx: _Context, play: Mapping[str, Any], path: Path, index: int)
             ctx.problems.append(f"{role_where}: role entry without a usable name")
             continue
         for key in entry:
-            if key in ("role", "name", "vars"):
+            if key in ("role", "name", "vars", "tags"):
                 continue
             ctx.note(path, role_line, f"role {role}: {key!r} on a role entry not translated")
         role_dir = _find_role(ctx, role, playbook_dir)
         if role_dir is not None:
-            _scan_role(ctx, role_dir)
+            for handler in sorted(_scan_role(ctx, role_dir) & play_handlers):
+                ctx.note(
+                    path,
+                    role_line,
+                    f"role {role} notifies the play's handler {handler!r}; a role's package has "
+                    "only the role's own handlers (the play's go with its tasks) — move the "
+                    "handler into the role",
+                )
         info = _role_info(ctx, role, role_dir, role_where)
         if info is None:
             continue
         if not _PACKAGE_NAME.match(info.name) or not 2 <= len(info.name) <= 43:
             ctx.problems.append(f"{role_where}: package name {info.name!r} is not valid")
             continue
-        if info.name in packages:
+        if info.name in chain.packages:
             ctx.note(path, role_line, f"role {role} listed twice; only its first use is kept")
             continue
         role_vars = entry.get("vars") or {}
@@ -925,10 +1245,17 @@ def _import_play(ctx: _Context, play: Mapping[str, Any], path: Path, index: int)
         }
         if info.interrupt:
             package["interrupt"] = info.interrupt
-        if previous is not None:
-            package["dependsOn"] = {previous[0]: previous[1]}
-        packages[info.name] = package
-        previous = (info.name, info.version)
+        inherited = [
+            *play_tags,
+            *_tag_names(ctx, entry.get("tags"), path, role_line, f"role {role} tags"),
+        ]
+        if _apply_tags(
+            ctx, package, list(dict.fromkeys(inherited)), f"role {role}", (path, role_line)
+        ):
+            chain.add(info.name, package)
+    if roles and (play.get("tasks") or play.get("post_tasks")):
+        _generated_package(ctx, parts, ("tasks", "post_tasks"), "-tasks", chain)
+    packages = chain.packages
     if selector is None or not packages:
         return
 

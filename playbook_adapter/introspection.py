@@ -14,7 +14,10 @@ Sources, first hit wins:
              service/systemd -> service with those units; otherwise none
     deps     meta/main.yml ``dependencies``
     collections  requirements.yml (role or meta/), meta/main.yml ``collections``, and FQCNs used in
-             tasks/handlers; bundled at the version installed here (no Galaxy)
+             the role: module keys of tasks/handlers, ``with_<ns>.<coll>.<lookup>`` loop keys,
+             and ``lookup``/``query``/``q`` calls, filters (``| ns.coll.f``) and tests
+             (``is ns.coll.t``) inside Jinja in tasks, handlers, defaults, vars and templates;
+             bundled at the version installed here (no Galaxy)
     schema   meta/argument_specs.yml (or ``argument_specs`` in meta/main.yml)
 
 Roles inside collections (``.../ansible_collections/ns/coll/roles/role``) get ``role_fqcn``.
@@ -27,7 +30,7 @@ import json
 import logging
 import re
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +59,22 @@ UNINSTALL_CHECK_FILES = ("tasks/uninstall_check.yml", "tasks/verify_uninstall.ym
 # Collections that ship with ansible-core itself: never bundled.
 CORE_NAMESPACES = {"ansible.builtin", "ansible.legacy", "ansible.windows"}
 FQCN = re.compile(r"^([a-z0-9_]+)\.([a-z0-9_]+)\.[a-z0-9_.]+$")
+# A loop keyword names a lookup plugin: with_items is ansible.builtin.items, with_ns.coll.x is
+# the lookup ns.coll.x (the loop keyword is not a module, so never a collection "with_ns.coll").
+WITH_LOOKUP = re.compile(r"^with_(?:([a-z0-9_]+)\.([a-z0-9_]+)\.[a-z0-9_.]+)?")
+_JINJA_FQCN = r"([a-z0-9_]+)\.([a-z0-9_]+)\.[a-z0-9_]+"
+# Plugins named inside Jinja expressions: lookup('ns.coll.x', ...), query(...), q(...),
+# `| ns.coll.filter` and `is ns.coll.test`.
+JINJA_PLUGIN = re.compile(
+    rf"""\b(?:lookup|query|q)\(\s*['"]{_JINJA_FQCN}['"]"""
+    rf"|\|\s*{_JINJA_FQCN}\b"
+    rf"|\bis\s+(?:not\s+)?{_JINJA_FQCN}\b"
+)
+# Task keywords whose value is a bare Jinja expression, without {{ }}.
+CONDITION_KEYS = frozenset({"when", "changed_when", "failed_when", "until"})
+_JINJA_BLOCK = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.DOTALL)
+JINJA_DIRS = ("defaults", "vars")
+TEMPLATE_DIR = "templates"
 TASK_CONTAINERS = ("block", "rescue", "always")
 
 
@@ -194,7 +213,11 @@ def inspect_path(path: Path) -> RoleInfo:
 
 
 def detect_interrupt(role: Path) -> Interrupt | None:
-    handlers = list(_tasks_in(role / "handlers"))
+    return interrupt_from_handlers(list(_tasks_in(role / "handlers")))
+
+
+def interrupt_from_handlers(handlers: Sequence[Mapping[str, Any]]) -> Interrupt | None:
+    """The default interrupt the handlers imply (see the module docstring)."""
     if any("reboot" in str(h.get("name", "")).lower() for h in handlers):
         return Interrupt(type=InterruptType.REBOOT)
     services: list[str] = []
@@ -234,11 +257,57 @@ def used_collections(role: Path, meta: Mapping[str, Any]) -> set[str]:
             names.add(fqcn)
     for directory in (role / "tasks", role / "handlers"):
         for task in _tasks_in(directory):
-            for key in task:
-                match = FQCN.match(str(key))
-                if match:
-                    names.add(f"{match.group(1)}.{match.group(2)}")
+            names |= task_collections(task)
+    for vars_dir in JINJA_DIRS:
+        for data in _yaml_files_in(role / vars_dir):
+            for text in _strings(data):
+                names |= jinja_collections(text)
+    templates = role / TEMPLATE_DIR
+    if templates.is_dir():
+        for path in sorted(p for p in templates.rglob("*") if p.is_file()):
+            try:
+                names |= jinja_collections(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError):
+                continue  # a binary file under templates/ holds no Jinja
     return {n for n in names if n not in CORE_NAMESPACES}
+
+
+def task_collections(task: Mapping[str, Any]) -> set[str]:
+    """Collections one task needs: its module, a ``with_<lookup>`` loop, plugins in its Jinja.
+
+    Nested ``block``/``rescue``/``always`` tasks are not followed (``_tasks_in`` yields them).
+    """
+    names: set[str] = set()
+    for key, value in task.items():
+        key_text = str(key)
+        loop = WITH_LOOKUP.match(key_text)
+        if loop:
+            if loop.group(1):
+                names.add(f"{loop.group(1)}.{loop.group(2)}")
+        else:
+            module = FQCN.match(key_text)
+            if module:
+                names.add(f"{module.group(1)}.{module.group(2)}")
+        if key_text in TASK_CONTAINERS:
+            continue
+        for text in _strings(value):
+            names |= jinja_collections(text, bare=key_text in CONDITION_KEYS)
+    return names
+
+
+def jinja_collections(text: str, *, bare: bool = False) -> set[str]:
+    """Collections of the lookups, filters and tests named by FQCN in Jinja.
+
+    Only text inside ``{{ }}`` / ``{% %}`` counts (a task name saying "is ansible.posix.sysctl
+    based" needs nothing), unless ``bare``: ``when`` and friends are expressions without braces.
+    """
+    names: set[str] = set()
+    segments = [text] if bare else _JINJA_BLOCK.findall(text)
+    for segment in segments:
+        for match in JINJA_PLUGIN.finditer(segment):
+            groups = [g for g in match.groups() if g]
+            names.add(f"{groups[0]}.{groups[1]}")
+    return names
 
 
 def bundled_collections(
@@ -330,6 +399,25 @@ def _tasks_in(directory: Path) -> Iterator[Mapping[str, Any]]:
     for path in sorted([*directory.rglob("*.yml"), *directory.rglob("*.yaml")]):
         data = _yaml_file(path, expect=list)
         yield from _flatten(data or [])
+
+
+def _yaml_files_in(directory: Path) -> Iterator[Any]:
+    if not directory.is_dir():
+        return
+    for path in sorted([*directory.rglob("*.yml"), *directory.rglob("*.yaml")]):
+        yield _yaml_file(path, expect=object)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string inside a YAML value (mapping values and list items, recursively)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
 
 
 def _flatten(tasks: list[Any]) -> Iterator[Mapping[str, Any]]:

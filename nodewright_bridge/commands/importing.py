@@ -3,6 +3,8 @@
 The translation lives in ``playbook_adapter.importing`` (its docstring has the mapping table).
 YAML goes to stdout (or one file per document in ``--output-dir``); what could not be translated
 goes to stderr with ``file:line``, so ``nwb import playbook ... | kubectl apply -f -`` stays clean.
+Roles generated from a play's own tasks are written to ``--roles-dir`` (default
+``OUTPUT_DIR/roles``), each with its ``nodewright-package.yaml``, ready for ``nwb package build``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from playbook_adapter import importing
+from playbook_adapter import importing, playroles
 from playbook_adapter.errors import PackageError
 
 
@@ -51,9 +53,29 @@ def command() -> None:
     help="Extra directory to find roles in (repeatable).",
 )
 @click.option(
+    "--tags",
+    "tags",
+    multiple=True,
+    metavar="TAGS",
+    help="The --tags you run the playbook with (comma-separated, repeatable): packages run "
+    "only what ansible-playbook would.",
+)
+@click.option(
+    "--skip-tags",
+    "skip_tags",
+    multiple=True,
+    metavar="TAGS",
+    help="The --skip-tags you run the playbook with (comma-separated, repeatable).",
+)
+@click.option(
     "--output-dir",
     type=click.Path(file_okay=False, path_type=Path),
     help="Write one YAML file per document here instead of stdout.",
+)
+@click.option(
+    "--roles-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where roles generated from plays' own tasks go [default: OUTPUT_DIR/roles].",
 )
 def playbook(
     *,
@@ -63,23 +85,39 @@ def playbook(
     image_prefix: str,
     default_version: str | None,
     roles_paths: tuple[Path, ...],
+    tags: tuple[str, ...],
+    skip_tags: tuple[str, ...],
     output_dir: Path | None,
+    roles_dir: Path | None,
 ) -> None:
-    """Translate each play of PLAYBOOK into a NodeWright and a DeploymentPolicy."""
+    """Translate each play of PLAYBOOK into a NodeWright and a DeploymentPolicy; a play's own
+    tasks become generated roles (packages) next to them."""
     try:
         options = importing.ImportOptions(
             group_labels=importing.parse_group_labels(group_labels),
             image_prefix=image_prefix,
             default_version=default_version,
             roles_paths=roles_paths,
+            tags=_tag_words(tags),
+            skip_tags=_tag_words(skip_tags),
         )
         result = importing.import_playbook(playbook, inventory=inventory, options=options)
+        roles_dir = roles_dir or (output_dir / "roles" if output_dir else None)
+        if result.roles and roles_dir is None:
+            names = ", ".join(r.name for r in result.roles)
+            raise importing.PlaybookImportError(
+                f"plays have tasks outside roles, which become generated roles ({names}): "
+                "pass --output-dir DIR (roles go to DIR/roles) or --roles-dir DIR"
+            )
+        for note in result.notes:
+            click.echo(f"{'not translated' if note.untranslated else 'note'}: {note}", err=True)
+        if roles_dir is not None:
+            for role in result.roles:
+                _write_role(role, roles_dir, image_prefix)
     except PackageError as exc:
         for line in exc.problems:
             click.echo(f"error: {line}", err=True)
         raise SystemExit(2) from None
-    for note in result.notes:
-        click.echo(f"{'not translated' if note.untranslated else 'note'}: {note}", err=True)
     if output_dir is None:
         click.echo(importing.render_documents(result.documents), nl=False)
         return
@@ -90,3 +128,24 @@ def playbook(
         path = output_dir / f"{name}.{kind}.yaml"
         path.write_text(importing.render_documents([document]), encoding="utf-8")
         click.echo(f"wrote {path}", err=True)
+
+
+def _tag_words(values: tuple[str, ...]) -> tuple[str, ...]:
+    """ansible-playbook's reading of --tags: each option comma-split, words stripped."""
+    words = (w.strip() for value in values for w in value.split(","))
+    return tuple(dict.fromkeys(w for w in words if w))
+
+
+def _write_role(role: playroles.GeneratedRole, roles_dir: Path, image_prefix: str) -> None:
+    written = playroles.write_role(role, roles_dir)
+    image = f"{image_prefix.rstrip('/')}/{role.name}:{role.version}"
+    click.echo(
+        f"wrote role {written.path} (build it: nwb package build {written.path} --tag {image})",
+        err=True,
+    )
+    if written.stale_version:
+        click.echo(
+            f"warning: role {role.name} changed but kept version {role.version}: nodes that "
+            "have it would not be updated; import again with a newer --default-version",
+            err=True,
+        )

@@ -20,6 +20,15 @@ Host connection (``NW_HOST_CONNECTION``):
   through the wrapper, so no path has to exist in both the container and the host. Needs
   ``hostPID`` and privileges (the node pod has both); never used against this machine in tests.
 
+Tags (``NW_TAGS``/``NW_SKIP_TAGS``, the package's ``tags``/``skipTags``) go to ansible-playbook
+as ``--tags``/``--skip-tags`` and so select the role's tasks by their own tags, as they would in
+``ansible-playbook --tags``. Tags on an ``include_role`` task apply to the include itself only
+(not to the tasks it includes, unless ``apply`` says so), so the include must itself be selected,
+or nothing of the role runs: it is tagged ``always`` - without ``apply``, so the role's tasks keep
+only their own tags. When ``skipTags`` holds ``always`` or ``tagged``, which would skip that
+include, it carries the tags that are selected and not skipped instead, or none
+(``include_tags``); every task Ansible would run then still runs.
+
 Disruptive actions (reboots, and service restarts when the controller asks) are rewritten into
 requests in a private copy of the role (``deferring``). A ``config`` stage of a package without a
 config task file runs its apply task file, unless apply or upgrade already ran in this run: a
@@ -53,6 +62,8 @@ NSENTER_WRAPPER = """#!/bin/sh
 shift
 exec nsenter -t 1 -m -u -i -n -p -- "$@"
 """
+# Tags our include_role task when "always" is skipped and no --tags are given (include_tags).
+INCLUDE_TAG = "nodewright-stage"
 # Remote temp dir inside the host root; private to root, removed by Ansible after each module.
 REMOTE_TMP = "/tmp/.nwb-ansible"
 
@@ -129,17 +140,22 @@ def prepare(
         if first:
             play["gather_subset"] = [s for s in settings.gather_subset.split(",") if s]
         if entry.kind is EntryKind.TASKS:
-            play["tasks"].append(
-                {
-                    "name": f"{manifest.name} {stage}",
-                    "ansible.builtin.include_role": {
-                        "name": str(run_role),
-                        "tasks_from": _tasks_from(entry.file),
-                    },
-                }
-            )
+            include: dict[str, Any] = {
+                "name": f"{manifest.name} {stage}",
+                "ansible.builtin.include_role": {
+                    "name": str(run_role),
+                    "tasks_from": _tasks_from(entry.file),
+                },
+            }
+            gate = include_tags(settings.tags, settings.skip_tags)
+            if gate:
+                include["tags"] = gate
+            play["tasks"].append(include)
             if renotify and stage in RENOTIFY_STAGES and not _renotified(plays):
-                play["tasks"].append(renotify_task(renotify))
+                # Selected exactly when the include is, so tags never skip the owed handlers.
+                play["tasks"].append(
+                    {**renotify_task(renotify), **({"tags": gate} if gate else {})}
+                )
             plays.append(play)
         else:
             plays.append(play)
@@ -255,6 +271,27 @@ def _handler_names(role: Path, *roles_dirs: Path | None) -> set[str]:
             if isinstance(data, list):
                 names |= handlers.handler_names(h for h in data if isinstance(h, dict))
     return names
+
+
+def include_tags(tags: Sequence[str], skip_tags: Sequence[str]) -> list[str]:
+    """Tags for our ``include_role`` task so that it runs whenever a task of the role would.
+
+    Ansible checks ``--skip-tags`` in order: ``all`` (only ``always`` tasks survive, unless
+    ``always`` is skipped too), then the tags named, then ``tagged``. ``always`` is selected by
+    any ``--tags``. When ``always`` is itself skipped, the selected tags that are not skipped do
+    the job, or under the default ``--tags all`` a tag of our own (an untagged include would
+    fall to ``--skip-tags untagged``). ``--skip-tags tagged`` skips any tagged include; an
+    untagged one runs exactly when untagged tasks can, and only those can run then.
+    """
+    if "all" in skip_tags:
+        return ["always"]
+    if "tagged" in skip_tags:
+        return []
+    if "always" not in skip_tags:
+        return ["always"]
+    if not tags:
+        return [INCLUDE_TAG]
+    return [t for t in tags if t not in skip_tags]
 
 
 def _tasks_from(file: str) -> str:

@@ -244,6 +244,8 @@ def _run_checked(  # noqa: PLR0917 - private, called once with everything valida
                 inventory=prepared.inventory,
                 envvars=prepared.envvars,
                 event_handler=collector.handle,
+                tags=",".join(settings.tags) or None,
+                skip_tags=",".join(settings.skip_tags) or None,
                 quiet=True,
                 settings={"suppress_ansible_output": True},
             )

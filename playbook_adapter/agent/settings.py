@@ -57,6 +57,8 @@ class AgentSettings:
     # Service restart handlers become requests (the controller restarts on a drained node) unless
     # the CR sets the package's interrupt itself; reboots are always deferred.
     defer_restarts: bool = False
+    tags: tuple[str, ...] = ()  # the package's tags: run only tasks with one of them
+    skip_tags: tuple[str, ...] = ()  # the package's skipTags
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentSettings:
@@ -87,8 +89,15 @@ class AgentSettings:
             systemctl_command=env.get("NW_SYSTEMCTL_COMMAND", ""),
             gather_subset=env.get("NW_GATHER_SUBSET", "all"),
             defer_restarts=env.get("NW_DEFER_RESTARTS", "").lower() in {"1", "true", "yes"},
+            tags=_tag_list(env.get("NW_TAGS", "")),
+            skip_tags=_tag_list(env.get("NW_SKIP_TAGS", "")),
         )
 
     def host_path(self, host_relative: str) -> Path:
         """A path on the host as the agent sees it (under the host root mount)."""
         return self.host_root / host_relative.lstrip("/")
+
+
+def _tag_list(text: str) -> tuple[str, ...]:
+    """``NW_TAGS``/``NW_SKIP_TAGS``: comma-joined tag names (the CR validated each one)."""
+    return tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))

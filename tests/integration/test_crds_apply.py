@@ -142,9 +142,12 @@ def policy(**spec: Any) -> dict[str, Any]:
 
 def test_a_good_nodewright_is_stored_with_its_defaults(api: client.ApiClient) -> None:
     doc = nodewright(deploymentPolicy="canary")
+    doc["spec"]["packages"]["base"] |= {"tags": ["sysctl", "never"], "skipTags": ["slow"]}
     load_nodewright(doc)
     stored = create(api, "nodewrights", doc)
     spec = stored["spec"]
+    assert spec["packages"]["base"]["tags"] == ["sysctl", "never"]
+    assert spec["packages"]["base"]["skipTags"] == ["slow"]
     assert spec["priority"] == 200 and spec["sequencing"] == "node"
     assert spec["drain"] == {"timeout": "30m", "deleteEmptyDirData": True, "force": False}
     base = spec["packages"]["base"]
@@ -257,6 +260,16 @@ BAD_NODEWRIGHTS = [
     ),
     pytest.param(
         with_package({"timeouts": {"stage": "30"}}), "stage must be a Go duration", id="duration"
+    ),
+    pytest.param(
+        with_package({"tags": ["sysctl,grub"]}),
+        "each tag must be non-empty, without commas",
+        id="tags-comma",
+    ),
+    pytest.param(
+        with_package({"skipTags": [""]}),
+        "each tag must be non-empty, without commas",
+        id="skip-tags-empty",
     ),
     pytest.param(
         nodewright(autoTaintNewNodes=True),

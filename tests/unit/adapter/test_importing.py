@@ -69,12 +69,14 @@ def test_roles_become_packages_in_play_order_chained_by_depends_on(
     imported: importing.ImportResult,
 ) -> None:
     cr = load_nodewright(_doc(imported, "NodeWright", "tune-a100-training-nodes"))
-    assert list(cr.spec.packages) == ["sysctl-tuning", "grub-params"]
+    pre = "tune-a100-training-nodes-pre-tasks"  # the play's pre_tasks, as a generated role
+    assert list(cr.spec.packages) == [pre, "sysctl-tuning", "grub-params"]
     sysctl, grub = cr.spec.packages["sysctl-tuning"], cr.spec.packages["grub-params"]
     assert sysctl.version == "1.4.0"  # from the role's nodewright-package.yaml
     assert grub.version == "0.3.0"  # --default-version: the role has none
     assert grub.depends_on == {"sysctl-tuning": "1.4.0"}
-    assert sysctl.depends_on == {}
+    assert sysctl.depends_on == {pre: "0.3.0"}
+    assert cr.spec.packages[pre].depends_on == {}
     assert sysctl.image == "localhost/nodewright/sysctl-tuning"
 
 
@@ -139,7 +141,7 @@ def test_delegate_to_run_once_and_when_are_reported_with_file_and_line(
     )
     assert any("tasks/main.yml:8" in n and "run_once" in n for n in notes)
     assert any("site.yml:26" in n and "'when' on a role entry" in n for n in notes)
-    assert any("pre_tasks: 1 task(s) outside roles" in n for n in notes)
+    assert any("runs from the node's own pod" in n for n in notes), "kept, and said what it does"
     assert any("ansible_python_interpreter" in n for n in notes)
 
 
@@ -333,7 +335,12 @@ def test_the_example_gpu_fleet_playbook_imports_with_versions_and_interrupts_fro
         playbook / "site.yml", inventory=playbook / "inventory" / "hosts.yml", options=options
     )
     tuning = load_nodewright(_doc(result, "NodeWright", "node-tuning-for-gpu-workers"))
-    assert list(tuning.spec.packages) == ["sysctl-tuning", "kmod-blacklist", "grub-params"]
+    assert list(tuning.spec.packages) == [
+        "node-tuning-for-gpu-workers-pre-tasks",  # the announcement, before the roles
+        "sysctl-tuning",
+        "kmod-blacklist",
+        "grub-params",
+    ]
     grub = tuning.spec.packages["grub-params"]
     assert grub.interrupt is not None and grub.interrupt.type == "reboot"
     assert grub.vars["grub_params_cmdline"] == ["transparent_hugepage=never", "iommu=pt"]

@@ -83,6 +83,23 @@ def test_env_carries_the_contract_variables() -> None:
     assert env["NW_HOST_CONNECTION"] == "chroot"
 
 
+def test_tags_and_skip_tags_reach_the_agent_comma_joined_only_when_set() -> None:
+    pod = podspec.build_pod(request(make_cr(tags=["sysctl", "grub"], skipTags=["slow"])))
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert (env["NW_TAGS"], env["NW_SKIP_TAGS"]) == ("sysctl,grub", "slow")
+    only_tags = podspec.build_pod(request(make_cr(tags=["sysctl"])))
+    names = [e["name"] for e in only_tags["spec"]["containers"][0]["env"]]
+    assert "NW_TAGS" in names and "NW_SKIP_TAGS" not in names
+    untagged = podspec.build_pod(request(make_cr()))
+    names = [e["name"] for e in untagged["spec"]["containers"][0]["env"]]
+    assert not {"NW_TAGS", "NW_SKIP_TAGS"} & set(names)
+    interrupt = podspec.build_pod(
+        request(make_cr(tags=["sysctl"]), stages=(), interrupt_type="reboot")
+    )
+    names = [e["name"] for e in interrupt["spec"]["containers"][0]["env"]]
+    assert "NW_TAGS" not in names, "an interrupt runs no role task to filter"
+
+
 def test_a_digest_pin_wins_over_the_version_tag() -> None:
     digest = "sha256:" + "a" * 64
     pod = podspec.build_pod(request(make_cr(digest=digest)))

@@ -383,6 +383,17 @@ NODEWRIGHT_CASES: list[tuple[str, Any, str]] = [
         [{"name": "A", "value": "1", "valueFrom": {"x": {}}}],
         "spec.packages.base.env[0].valueFrom: value and valueFrom are mutually exclusive",
     ),
+    # tags / skipTags: what ansible-playbook --tags would split or strip is rejected, not changed
+    (
+        "spec.packages.base.tags",
+        ["sysctl", "grub,kmod"],
+        'spec.packages.base.tags[1]: "grub,kmod" is not a tag name: it must be non-empty, '
+        "without commas",
+    ),
+    ("spec.packages.base.skipTags", [""], 'spec.packages.base.skipTags[0]: "" is not a tag name'),
+    ("spec.packages.base.skipTags", [" slow"], 'skipTags[0]: " slow" is not a tag name'),
+    ("spec.packages.base.tags", ["t" * 129], "tags[0]: is longer than 128 characters"),
+    ("spec.packages.base.tags", "sysctl", "spec.packages.base.tags: Input should be a valid list"),
 ]
 
 
@@ -429,6 +440,8 @@ def test_deployment_policy_and_interruption_budget_are_mutually_exclusive() -> N
             {"cpuRequest": 1, "cpuLimit": "1500m", "memoryRequest": "1G", "memoryLimit": "1Gi"},
         ),
         ("spec.packages.base.uninstall", {"enabled": True, "apply": True}),
+        ("spec.packages.base.tags", ["sysctl", "never", "with space"]),
+        ("spec.packages.base.skipTags", ["slow"]),
         ("spec.interruptionBudget", {"percent": 0}),
         ("spec.interruptionBudget", {"count": 0}),
         ("spec.autoTaintNewNodes", True),

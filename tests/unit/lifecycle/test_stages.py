@@ -705,6 +705,18 @@ def test_config_hash_ignores_key_order_and_changes_with_any_value() -> None:
     assert config_hash(a) == config_hash(b) != config_hash(c)
 
 
+def test_a_tags_change_is_a_config_change_and_untagged_packages_keep_their_old_hash() -> None:
+    base = {"version": "1.0.0", "vars": {"x": 1}, "configMap": {"a.conf": "y"}}
+    untagged = make_cr({"pone": base}).spec.packages["pone"]
+    # The value nodes recorded before tags existed: it must not change under them.
+    assert config_hash(untagged) == "75f64e2d2c2784a1"
+    hashes = {
+        config_hash(make_cr({"pone": {**base, **extra}}).spec.packages["pone"])
+        for extra in ({}, {"tags": ["a"]}, {"tags": ["b"]}, {"skipTags": ["a"]})
+    }
+    assert len(hashes) == 4
+
+
 def test_resource_id_is_stable_and_differs_per_generation_package_version_and_config() -> None:
     cr = make_cr({"pone": {"version": "1.0.0"}})
     cr2 = make_cr({"pone": {"version": "1.0.0"}}, generation=2)
