@@ -180,6 +180,9 @@ class NodeInput:
     # Package key -> the interrupt the package declares, as pods on other nodes reported it: a
     # new cycle starts knowing it, so a disruptive package is drained before it is applied.
     declared: Mapping[str, Interrupt] = field(default_factory=dict)
+    # Package name -> digest of the data of the Secrets its secretVars mount: new secret content
+    # is a config change like new vars.
+    secret_data: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,16 +223,19 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def config_hash(package: Package) -> str:
+def config_hash(package: Package, secret_data: str = "") -> str:
     """Hash of what a config stage applies: ``vars``, ``configMap``, the ``secretVars`` refs and
-    the tag selection (``tags``/``skipTags`` change which of the role's tasks run).
+    the data of those Secrets (``secret_data``: a digest the controller reads), and the tag
+    selection (``tags``/``skipTags`` change which of the role's tasks run).
 
-    The refs and tags join the payload only when set, so the hash of a package without them is
-    the one earlier versions recorded (no fleet-wide config run after a controller upgrade).
+    The refs, data and tags join the payload only when set, so the hash of a package without
+    them is the one earlier versions recorded (no fleet-wide config run after an upgrade).
     """
     payload: dict[str, Any] = {"vars": package.vars, "configMap": package.config_map}
     if package.secret_vars:
         payload["secretVars"] = [ref.to_wire() for ref in package.secret_vars]
+    if secret_data:
+        payload["secretData"] = secret_data
     if package.tags:
         payload["tags"] = package.tags
     if package.skip_tags:
@@ -242,7 +248,7 @@ def content_id(package: Package) -> str:
     return package.digest or "-"
 
 
-def config_digests(package: Package) -> dict[str, str]:
+def config_digests(package: Package, secret_data: str = "") -> dict[str, str]:
     """Per var name / configMap key digest; ``configInterrupts`` globs match these names."""
     names = set(package.vars) | set(package.config_map)
     out: dict[str, str] = {}
@@ -251,7 +257,7 @@ def config_digests(package: Package) -> dict[str, str]:
         out[name] = _sha(_stable_json(value))[:KEY_DIGEST_CHARS]
     if package.secret_vars:
         refs = [ref.to_wire() for ref in package.secret_vars]
-        out[SECRET_VARS_KEY] = _sha(_stable_json(refs))[:KEY_DIGEST_CHARS]
+        out[SECRET_VARS_KEY] = _sha(_stable_json([refs, secret_data]))[:KEY_DIGEST_CHARS]
     return out
 
 
@@ -386,6 +392,14 @@ def _finish(work: _Work, status: Status, reason: str) -> NodePlan:
 # ---- helpers over the spec ---------------------------------------------------------------
 
 
+def _hash(work: _Work, name: str, pkg: Package) -> str:
+    return config_hash(pkg, work.inp.secret_data.get(name, ""))
+
+
+def _digests(work: _Work, name: str, pkg: Package) -> dict[str, str]:
+    return config_digests(pkg, work.inp.secret_data.get(name, ""))
+
+
 def _spec_package(work: _Work, key: str) -> tuple[str, Package] | None:
     name, _, version = key.partition("|")
     pkg = work.inp.cr.spec.packages.get(name)
@@ -424,7 +438,7 @@ def _converged(work: _Work, name: str, pkg: Package) -> bool:
     return (
         entry is not None
         and _is_terminal(pkg, entry)
-        and entry.config_hash == config_hash(pkg)
+        and entry.config_hash == _hash(work, name, pkg)
         and not _content_changed(entry, pkg)
     )
 
@@ -1062,7 +1076,7 @@ def _drive_packages(work: _Work) -> None:
             _after_complete(work, name, pkg, key, entry, may_start=may_start)
         elif entry.state is StageState.IN_PROGRESS and entry.stage not in INTERRUPT_STAGES:
             _continue(work, name, pkg, key, entry)
-        elif entry.state is StageState.ERRORING and entry.config_hash != config_hash(pkg):
+        elif entry.state is StageState.ERRORING and entry.config_hash != _hash(work, name, pkg):
             _start(work, name, pkg, key, may_start=may_retry, kind="retry")
 
 
@@ -1088,7 +1102,7 @@ def _start(work: _Work, name: str, pkg: Package, key: str, *, may_start: bool, k
         return
     inp = work.inp
     entry = work.state.get(key)
-    hash_ = config_hash(pkg)
+    hash_ = _hash(work, name, pkg)
     base = {
         "state": StageState.IN_PROGRESS,
         "attempts": 0,
@@ -1108,7 +1122,7 @@ def _start(work: _Work, name: str, pkg: Package, key: str, *, may_start: bool, k
         entry = work.put(key, PackageState(stage=stage, state=StageState.IN_PROGRESS), **base)
     elif kind == "config":
         assert entry is not None
-        changed = interrupts.changed_keys(entry.config_keys, config_digests(pkg))
+        changed = interrupts.changed_keys(entry.config_keys, _digests(work, name, pkg))
         entry = work.put(
             key,
             entry,
@@ -1136,11 +1150,11 @@ def _after_complete(
         wanted = content_id(pkg)
         if _content_changed(entry, pkg):
             _start(work, name, pkg, key, may_start=may_start, kind="reapply")
-        elif entry.content not in ("", wanted) and entry.config_hash == config_hash(pkg):
+        elif entry.content not in ("", wanted) and entry.config_hash == _hash(work, name, pkg):
             # Pinning (or unpinning) the digest of what runs is not a change of content: it
             # is recorded, so the next digest change is seen as one.
             work.put(key, entry, content=wanted)
-        elif entry.config_hash != config_hash(pkg):
+        elif entry.config_hash != _hash(work, name, pkg):
             _start(work, name, pkg, key, may_start=may_start, kind="config")
         return
     if entry.stage in (Stage.APPLY, Stage.UPGRADE):
@@ -1188,8 +1202,8 @@ def _continue(work: _Work, name: str, pkg: Package, key: str, entry: PackageStat
         work.notes.append("waiting for the node to be Ready")
         return
     attempt = entry.attempts if entry.attempts and retry_at is None else entry.attempts + 1
-    hash_ = config_hash(pkg)
-    digests = config_digests(pkg)
+    hash_ = _hash(work, name, pkg)
+    digests = _digests(work, name, pkg)
     changed = entry.changed_keys
     if changed:  # a config cycle: keys changed since the cycle opened are part of it too
         changed = sorted(set(changed) | set(interrupts.changed_keys(entry.config_keys, digests)))

@@ -63,8 +63,9 @@ def vars_configmap_name(cr: str, package: str, version: str, vars_hash: str) -> 
 def vars_hash(package: Package) -> str:
     """Stable hash of what the vars ConfigMap holds; a change means a new ConfigMap.
 
-    The same hash the stage planner records per node (``lifecycle.stages.config_hash``), so the
-    ConfigMap a pod mounts is named after exactly the config the node state says it applied.
+    The hash the stage planner records per node (``lifecycle.stages.config_hash``) without the
+    secretVars data digest (the ConfigMap holds no secrets), so the ConfigMap a pod mounts is
+    named after exactly the vars and files the node state says it applied.
     """
     return stages.config_hash(package)
 

@@ -21,6 +21,7 @@ def build_reconciler(context: ReconcilerContext) -> NodeWrightReconciler:
         pdbs=informers.store(caches.PDBS),
         nodewrights=informers.store(caches.NODEWRIGHTS),
         policies=informers.store(caches.POLICIES),
+        secrets=informers.store(caches.SECRETS),
     )
     return NodeWrightReconciler(
         rest=context.rest,

@@ -148,6 +148,9 @@ class NodeWrightReconciler:
         # Per CR: package key -> the interrupt its package declares, as its pods reported on any
         # node (node state ``declared``); later nodes start knowing it (drained before apply).
         self._declared: dict[str, dict[str, Interrupt]] = {}
+        # Per CR: package -> digest of its secretVars' data, as last planned with. A change
+        # drops the CR's kept plans: a complete node must see its package's new secret data.
+        self._secret_data: dict[str, dict[str, str]] = {}
         self.executor = Executor(
             rest=rest,
             writer=writer,
@@ -223,6 +226,17 @@ class NodeWrightReconciler:
             return [c.metadata.name for c in self._all_crs() if c.spec.deployment_policy == policy]
         if informer == caches.PDBS:
             return [c.metadata.name for c in self._all_crs()]
+        if informer == caches.SECRETS:
+            secret = str(snapshot.meta_of(obj).get("name", ""))
+            return [
+                c.metadata.name
+                for c in self._all_crs()
+                if any(
+                    ref.secret_name == secret
+                    for pkg in c.spec.packages.values()
+                    for ref in pkg.secret_vars
+                )
+            ]
         if informer == caches.NODES:
             return self._crs_for_node(obj)
         if informer == caches.PODS:
@@ -307,6 +321,10 @@ class NodeWrightReconciler:
         waiting_all = sequencing.waiting_on_all(name, progress)
         paused = sequencing.is_paused(cr.metadata.annotations)
         disabled = sequencing.is_disabled(cr.metadata.annotations)
+        secret_data = snapshot.secret_data(cr, self._stores.secrets, self._namespace)
+        if self._secret_data.get(name, {}) != secret_data:
+            self._settled.forget(name)
+            self._secret_data[name] = secret_data
 
         outcome = Outcome()
         node_status: dict[str, Status] = {}  # every targeted node
@@ -515,11 +533,19 @@ class NodeWrightReconciler:
         kept = self._settled.plan(cr, snap.name, key, now)
         if kept is not None:
             return kept
-        declared = self._declared.get(cr.metadata.name, {})
+        name = cr.metadata.name
         node_plan = stages.plan_node(
-            _node_input(cr, snap, key, now, disabled=disabled, declared=declared)
+            _node_input(
+                cr,
+                snap,
+                key,
+                now,
+                disabled=disabled,
+                declared=self._declared.get(name, {}),
+                secret_data=self._secret_data.get(name, {}),
+            )
         )
-        _learn_declared(self._declared, cr.metadata.name, node_plan.state)
+        _learn_declared(self._declared, name, node_plan.state)
         self._settled.offer(
             cr,
             snap,
@@ -681,6 +707,7 @@ class NodeWrightReconciler:
             self._statuses.pop(name, None)
         self._settled.forget(name)
         self._declared.pop(name, None)
+        self._secret_data.pop(name, None)
         self.executor.forget(name)
         logger.info("cleaned up after deleted NodeWright", extra={"cr": name})
         return Result()
@@ -923,10 +950,12 @@ def _node_input(
     *,
     disabled: bool,
     declared: Mapping[str, Interrupt],
+    secret_data: Mapping[str, str],
 ) -> stages.NodeInput:
     allowed, paused, order, unpickable = key
     return stages.NodeInput(
         declared=declared,
+        secret_data=secret_data,
         cr=cr,
         node=snap.facts,
         state=snap.state,

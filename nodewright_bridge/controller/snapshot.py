@@ -18,6 +18,7 @@ namespace once. Nothing is copied out of the stores beyond the small views.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -334,6 +335,7 @@ class Stores:
     pdbs: Any
     nodewrights: Any
     policies: Any
+    secrets: Any  # the controller namespace's Secrets, slimmed to ``digests`` per key
 
 
 @dataclass(slots=True)
@@ -354,6 +356,32 @@ class PdbIndex:
     def relevant(self, pods: Sequence[draining.PodView]) -> list[draining.PdbView]:
         namespaces = {p.namespace for p in pods}
         return [pdb for ns in sorted(namespaces) for pdb in self.by_namespace.get(ns, ())]
+
+
+def secret_data(cr: NodeWright, secrets: Any, namespace: str) -> dict[str, str]:
+    """Package name -> digest of the data its ``secretVars`` Secrets hold (packages with any).
+
+    A missing Secret or key is part of the digest too (``missing``): creating it later is a
+    change. Only the slimmed per-key digests are read; secret values never reach the controller.
+    """
+    out: dict[str, str] = {}
+    for name, pkg in cr.spec.packages.items():
+        if not pkg.secret_vars:
+            continue
+        parts: list[object] = []
+        for ref in pkg.secret_vars:
+            obj = secrets.get(f"{namespace}/{ref.secret_name}")
+            if obj is None:
+                parts.append([ref.secret_name, "missing"])
+                continue
+            digests = obj.get("digests") or {}
+            if ref.key:
+                parts.append([ref.secret_name, ref.key, digests.get(ref.key, "missing")])
+            else:
+                parts.append([ref.secret_name, sorted(digests.items())])
+        text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+        out[name] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return out
 
 
 def targets(cr: NodeWright, node: Mapping[str, Any]) -> bool:

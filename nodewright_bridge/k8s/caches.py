@@ -14,6 +14,8 @@ server and slims on arrival:
   termination message is the agent's result).
 - ``pdbs``: every PodDisruptionBudget (small, and any namespace's pods may be on a target node).
 - ``nodewrights`` and ``policies``: the two CRs, resynced every 10 minutes.
+- ``secrets``: Secrets in the controller namespace (where ``secretVars`` must live), slimmed to a
+  digest per key: a changed secret is a config change of the packages that use it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ PACKAGE_PODS = "package-pods"
 PDBS = "pdbs"
 NODEWRIGHTS = "nodewrights"
 POLICIES = "policies"
+SECRETS = "secrets"
 
 # Index names.
 BY_NODE = "node"
@@ -81,6 +84,9 @@ def standard_specs(namespace: str) -> list[InformerSpec]:
         ),
         InformerSpec(
             name=POLICIES, resource=resources.DEPLOYMENT_POLICIES, resync_period=CR_RESYNC_SECONDS
+        ),
+        InformerSpec(
+            name=SECRETS, resource=resources.SECRETS, namespace=namespace, slim=slimming.slim_secret
         ),
     ]
 

@@ -12,12 +12,15 @@ Why: at 5,000 nodes the informer caches are the controller's memory. A Node obje
   emptyDir), container names and images; ``status.phase``, ``reason``, ``message``,
   ``conditions``, ``startTime`` and per-container state (termination message, exit code);
 - PodDisruptionBudget, NodeWright, DeploymentPolicy: all of spec and status (they are small).
+- Secret (controller namespace only): a digest per key instead of the data - the controller
+  needs to notice that a package's secret vars changed, never to read them.
 
 A field missing here is a bug in this module, not a reason to cache whole objects.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +66,20 @@ def _pick(source: JsonObject | None, keys: tuple[str, ...]) -> JsonObject:
     if not source:
         return {}
     return {k: source[k] for k in keys if k in source}
+
+
+SECRET_DIGEST_CHARS = 16  # 64 bits: enough to notice a change; no value is kept or exposed
+
+
+def slim_secret(obj: JsonObject) -> JsonObject:
+    """Metadata plus ``digests``: key -> sha256 of the (base64) value; the data is dropped."""
+    out = _base(obj)
+    data = {**(obj.get("stringData") or {}), **(obj.get("data") or {})}
+    out["digests"] = {
+        key: hashlib.sha256(str(value).encode()).hexdigest()[:SECRET_DIGEST_CHARS]
+        for key, value in sorted(data.items())
+    }
+    return out
 
 
 def slim_node(obj: JsonObject) -> JsonObject:

@@ -279,3 +279,49 @@ def test_a_restart_handler_becomes_a_service_interrupt_on_a_drained_node(
         assert entry["requested"] == {"type": "service", "services": ["fabric"]}
         assert (entry["stage"], entry["state"]) == ("post-interrupt", "complete")
         assert not world.node(node).spec.unschedulable
+
+
+def test_new_content_in_a_secret_vars_secret_reruns_the_role_with_it(world: World) -> None:
+    (node,) = world.add_nodes(1)
+    secret = f"app-level-{world.id}"
+    world.core.create_namespaced_secret(
+        NAMESPACE,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name=secret), string_data={"app_config_level": "alpha"}
+        ),
+    )
+    try:
+        cr = world.cr_name("secret")
+        world.apply_cr(
+            cr,
+            {
+                "interruptionBudget": {"count": 1},
+                "packages": {
+                    "app": {
+                        "version": "1.0.0",
+                        "image": f"{EXEC_REGISTRY}/app-config",
+                        "secretVars": [{"secretName": secret}],
+                    }
+                },
+            },
+        )
+        world.start_controller()
+        wait_complete(world, cr, 1)
+        applied = root_of(world, node) / "etc/app-config/applied.conf"
+        assert applied.read_text() == "level=alpha\n"
+        watch = Watcher(world, [node])
+        world.core.patch_namespaced_secret(
+            secret, NAMESPACE, {"stringData": {"app_config_level": "beta"}}
+        )
+        wait_for(lambda: applied.read_text() == "level=beta\n", what="the new secret applied")
+        wait_complete(world, cr, 1)
+        logs = watch.stop()
+        assert not logs[node].cordoned
+        entry = world.state(cr, node)["app|1.0.0"]
+        assert (entry["stage"], entry["state"], entry["changedKeys"]) == (
+            "config",
+            "complete",
+            ["secretVars"],
+        )
+    finally:
+        world.core.delete_namespaced_secret(secret, NAMESPACE)

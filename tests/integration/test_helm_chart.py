@@ -234,6 +234,10 @@ CONTROLLER_REQUESTS = [
     ("get", "coordination.k8s.io", "leases", "{ns}"),
     ("create", "coordination.k8s.io", "leases", "{ns}"),
     ("update", "coordination.k8s.io", "leases", "{ns}"),
+    # secretVars changes are config changes: the Secrets of its own namespace, where it already
+    # creates the pods that mount them (it keeps a digest per key, never a value).
+    ("list", "", "secrets", "{ns}"),
+    ("watch", "", "secrets", "{ns}"),
 ]
 
 # What it must never be able to do.
@@ -242,8 +246,9 @@ OUTSIDE_REQUESTS = [
     ("update", "", "nodes", ""),
     ("create", "", "nodes", ""),
     ("get", "", "secrets", ""),
-    ("list", "", "secrets", "{ns}"),
+    ("list", "", "secrets", ""),
     ("get", "", "secrets", "default"),
+    ("update", "", "secrets", "{ns}"),
     ("create", "", "pods", "default"),
     ("create", "", "pods", "kube-system"),
     ("delete", "", "pods", ""),
@@ -284,7 +289,7 @@ def test_requests_outside_the_grant_are_denied_for_the_service_account(
     assert allowed == []
     # Not just the review: the API server refuses the real request too.
     with pytest.raises(ApiException) as denied:
-        client.CoreV1Api(sa_api).list_namespaced_secret(release.namespace)
+        client.CoreV1Api(sa_api).list_namespaced_secret("default")
     assert denied.value.status == 403
     with pytest.raises(ApiException) as denied:
         client.CoreV1Api(sa_api).delete_node("does-not-matter")

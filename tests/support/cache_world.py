@@ -15,4 +15,5 @@ def empty_stores() -> snapshot.Stores:
         pdbs=store.Store(),
         nodewrights=store.Store(),
         policies=store.Store(),
+        secrets=store.Store(),
     )

@@ -7,8 +7,10 @@ import json
 import pytest
 
 from lifecycle.nodestate import PackageState, Stage, StageState
+from lifecycle.spec import NodeWright
 from lifecycle.stages import PodPhase
 from nodewright_bridge.controller import snapshot
+from nodewright_bridge.k8s import slimming, store
 
 
 def test_an_invalid_cr_becomes_field_path_problems_instead_of_an_exception() -> None:
@@ -88,3 +90,57 @@ def test_drain_facts_of_a_workload_pod_are_read_from_the_slim_object() -> None:
         }
     )
     assert view.controller_kind == "ReplicaSet" and view.uses_empty_dir and not view.deleting
+
+
+def test_a_secret_is_cached_as_digests_and_its_data_never_kept() -> None:
+    raw = {
+        "metadata": {"name": "token", "namespace": "nodewright-system", "resourceVersion": "7"},
+        "data": {"password": "aHVudGVyMg==", "user": "YWRtaW4="},
+        "type": "Opaque",
+    }
+    slim = slimming.slim_secret(raw)
+    assert set(slim["digests"]) == {"password", "user"}
+    assert "aHVudGVyMg==" not in json.dumps(slim)
+    assert "data" not in slim
+
+
+def test_secret_data_digests_change_with_the_referenced_key_only() -> None:
+    secrets = store.Store()
+    ns = "nodewright-system"
+
+    def put(password: str, user: str) -> None:
+        secrets.put(
+            f"{ns}/token",
+            slimming.slim_secret(
+                {"metadata": {"name": "token", "namespace": ns}, "data": {"p": password, "u": user}}
+            ),
+        )
+
+    cr = NodeWright.model_validate(
+        {
+            "metadata": {"name": "c"},
+            "spec": {
+                "packages": {
+                    "whole": {
+                        "version": "1.0.0",
+                        "image": "r/w",
+                        "secretVars": [{"secretName": "token"}],
+                    },
+                    "one": {
+                        "version": "1.0.0",
+                        "image": "r/o",
+                        "secretVars": [{"secretName": "token", "key": "p"}],
+                    },
+                    "none": {"version": "1.0.0", "image": "r/n"},
+                }
+            },
+        }
+    )
+    missing = snapshot.secret_data(cr, secrets, ns)
+    assert set(missing) == {"whole", "one"}
+    put("a", "b")
+    first = snapshot.secret_data(cr, secrets, ns)
+    assert first["whole"] != missing["whole"]
+    put("a", "changed")
+    second = snapshot.secret_data(cr, secrets, ns)
+    assert second["one"] == first["one"] and second["whole"] != first["whole"]

@@ -62,6 +62,8 @@ class World:
     results: dict[str, AgentResult] = field(default_factory=dict)
     # Package key -> interrupt declared by the package, as other nodes reported it.
     declared: dict[str, Interrupt] = field(default_factory=dict)
+    # Package name -> digest of its secretVars' data, as the controller reads it.
+    secret_data: dict[str, str] = field(default_factory=dict)
 
     def input(self) -> NodeInput:
         return NodeInput(
@@ -75,6 +77,7 @@ class World:
             paused=self.paused,
             disabled=self.disabled,
             declared=self.declared,
+            secret_data=self.secret_data,
         )
 
     def plan(self) -> NodePlan:

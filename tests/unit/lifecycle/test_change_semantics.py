@@ -72,6 +72,18 @@ def test_after_a_first_pin_the_next_digest_change_is_seen() -> None:
     assert [stages for _, stages in world.created_stages()] == [APPLY_CHAIN]
 
 
+def test_new_data_in_a_secret_vars_secret_is_a_config_change_of_that_package_only() -> None:
+    secret = {"secretVars": [{"secretName": "token"}]}
+    world = World(cr=make_cr({"pkg": {**BASE, **secret}, "other": {"version": "1.0.0"}}))
+    world.secret_data = {"pkg": "digest-1"}
+    world.converge()
+    world.created.clear()
+    world.secret_data = {"pkg": "digest-2"}
+    world.converge()
+    assert world.created_stages() == [("pkg", ("config", "config-check"))]
+    assert world.state["pkg|1.0.0"].changed_keys == ["secretVars"]
+
+
 def test_the_config_hash_of_a_package_without_secret_vars_is_what_it_always_was() -> None:
     cr = make_cr({"pkg": {"version": "1.0.0", "vars": {"a": 1}, "configMap": {"f": "x"}}})
     payload = json.dumps(
