@@ -44,6 +44,7 @@ from nodewright_bridge.commands import status as status_cmd
 from nodewright_bridge.errors import AlreadyExistsError, ApiError, NotFoundError
 from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.rest import PatchType, Rest
+from nodewright_bridge.runtime.leadership import LEASE_NAME
 from playbook_adapter.errors import PackageError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -349,8 +350,13 @@ def stop_controller(state: Path, timeout: float = 30.0) -> bool:
     return True
 
 
-def ensure_controller(state: Path, kubeconfig: str) -> tuple[dict[str, Any], bool]:
-    """The demo's controller for this sandbox (reused if it runs against it), else a new one."""
+def ensure_controller(state: Path, kubeconfig: str, rest: Rest) -> tuple[dict[str, Any], bool]:
+    """The demo's controller for this sandbox (reused if it runs against it), else a new one.
+
+    A new one is waited for until it leads (or for ``CONTROLLER_START_SECONDS`` if it does not
+    get the lease by then), so that an early crash is reported and the rollout is followed from
+    its first batch on.
+    """
     record = controller_record(state)
     if record is not None and record.get("kubeconfig") == kubeconfig:
         return record, True
@@ -368,6 +374,7 @@ def ensure_controller(state: Path, kubeconfig: str) -> tuple[dict[str, Any], boo
         "--log-format",
         "json",
     ]
+    base = f"nwb-demo-{os.getpid()}-{time.monotonic_ns()}"  # its identity is <base>_<uuid>
     with log.open("ab") as out:
         proc = subprocess.Popen(
             argv,
@@ -376,6 +383,7 @@ def ensure_controller(state: Path, kubeconfig: str) -> tuple[dict[str, Any], boo
             stderr=subprocess.STDOUT,
             start_new_session=True,  # keeps running after the demo returns, like the sandbox
             cwd=ROOT,
+            env={**os.environ, "POD_NAME": base},
         )
     record = {"pid": proc.pid, "kubeconfig": kubeconfig, "log": str(log)}
     (state / "controller.json").write_text(json.dumps(record))
@@ -383,8 +391,18 @@ def ensure_controller(state: Path, kubeconfig: str) -> tuple[dict[str, Any], boo
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise DemoError(f"the controller exited with code {proc.returncode}; see {log}")
+        if _lease_holder(rest).startswith(base + "_"):
+            break
         time.sleep(0.2)
     return record, False
+
+
+def _lease_holder(rest: Rest) -> str:
+    try:
+        lease = rest.get(resources.LEASES, LEASE_NAME, namespace=CONTROLLER_NAMESPACE)
+    except NotFoundError:
+        return ""
+    return str((lease.get("spec") or {}).get("holderIdentity") or "")
 
 
 # ---- the command ---------------------------------------------------------------------------
@@ -462,7 +480,7 @@ def run_demo(
         f"NodeWright {cr_name} {cr_result}"
     )
 
-    record, controller_reused = ensure_controller(state, kubeconfig)
+    record, controller_reused = ensure_controller(state, kubeconfig, rest)
     steps.step(
         f"controller {'reused' if controller_reused else 'started'} (pid {record['pid']}, "
         f"log {record['log']})"

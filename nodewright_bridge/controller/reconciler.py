@@ -683,6 +683,15 @@ class NodeWrightReconciler:
             pending = self._uninstall_pending(variant) if variant is not None else []
             if variant is not None and pending:
                 return self._run(variant, old, now, deleting=True, uninstall_pending=pending)
+        # The node cache may not hold yet a state corrupted just before the delete; cleaning up
+        # would then remove it instead of blocking. Ask the API once before anything is removed.
+        malformed = self._malformed_states(name, self._listed_nodes(name))
+        if malformed:
+            generation = int(snapshot.meta_of(obj).get("generation") or 0)
+            self._block_deletion(
+                name, cr=cr, old=old, generation=generation, malformed=malformed, now=now
+            )
+            return Result(requeue_after=POLL_SECONDS)
         live = [
             p
             for p in self._stores.package_pods.by_index(caches.BY_CR, name)
@@ -712,11 +721,19 @@ class NodeWrightReconciler:
         logger.info("cleaned up after deleted NodeWright", extra={"cr": name})
         return Result()
 
-    def _malformed_states(self, name: str) -> dict[str, str]:
-        """Nodes whose state annotation of CR ``name`` does not parse, with the parse error."""
+    def _listed_nodes(self, name: str) -> list[Mapping[str, Any]]:
+        """The nodes carrying CR ``name``'s status label, as the API has them now."""
+        listed = self._rest.list(resources.NODES, label_selector=status_key(name))
+        return list(listed.get("items") or ())
+
+    def _malformed_states(
+        self, name: str, nodes: Iterable[Mapping[str, Any]] | None = None
+    ) -> dict[str, str]:
+        """Nodes (default: the cached ones) whose state annotation of CR ``name`` does not parse,
+        with the parse error."""
         key = state_annotation(name)
         out: dict[str, str] = {}
-        for node in self._stores.nodes.values():
+        for node in self._stores.nodes.values() if nodes is None else nodes:
             text = snapshot.annotations_of(node).get(key)
             try:
                 snapshot.parse_state(text)

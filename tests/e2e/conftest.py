@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 import yaml
@@ -12,11 +12,11 @@ from e2e_harness import (
     E2E,
     NAMESPACE,
     DispatchRunner,
-    PdbGuard,
     World,
     _package_dirs,
     wait_for,
 )
+from invariants import Invariants
 from kubernetes import client, config
 
 from nodewright_bridge.sandbox import Sandbox, binaries
@@ -59,22 +59,34 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
 
 @pytest.fixture
 def world(e2e: E2E) -> Iterator[World]:
-    w = World(e2e)
-    try:
+    with World(e2e) as w:
         yield w
-    finally:
-        w.cleanup()
+
+
+# Whether the test body failed: then the end-state check (leaked holds) is skipped, the body
+# having stopped short of its intended end; what happened while it ran is still checked.
+BODY_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.when == "call":
+        item.stash[BODY_FAILED] = report.failed
+    return report
 
 
 @pytest.fixture(autouse=True)
-def pdb_guard(request: pytest.FixtureRequest) -> Iterator[PdbGuard | None]:
+def invariants(request: pytest.FixtureRequest) -> Iterator[Invariants | None]:
+    """Every test with a ``world`` is checked against the invariants (see ``invariants.py``)."""
     if "world" not in request.fixturenames:
         yield None
         return
-    env = request.getfixturevalue("e2e")
-    guard = PdbGuard(env)
-    yield guard
-    guard.stop()
-    assert not guard.violations, "PodDisruptionBudget violated:\n" + "\n".join(
-        guard.violations[:20]
-    )
+    world: World = request.getfixturevalue("world")
+    yield world.invariants
+    try:
+        world.invariants.verify(end_state=not request.node.stash.get(BODY_FAILED, False))
+    finally:
+        world.invariants.stop()

@@ -12,9 +12,16 @@ our controller.
   state, run the controller in-process (``start_controller``) or as ``nwb controller``
   subprocesses (``spawn_controller``, for kill and leader-election tests); everything is undone
   afterwards.
-- ``pdb_guard`` (autouse): watches every PodDisruptionBudget and its pods while the test runs and
-  fails the test if the number of healthy covered pods ever drops below ``minAvailable`` (never
-  below what the budget protects; a drain must wait instead).
+- ``invariants`` (autouse for every test that uses ``world``): ``world.invariants``, an
+  ``invariants.Invariants`` created with the World, watches Nodes, Pods, PodDisruptionBudgets,
+  Namespaces and NodeWright CRs for the whole test and replays them in resourceVersion order
+  afterwards. The test fails if a budget was ever violated, an interrupt pod ran or a node rebooted
+  while it was schedulable or still had a workload pod a drain would evict, a node rebooted more
+  than once, a human's cordon was lifted, or (once the body has passed) a node the controller held
+  ends still cordoned, listed as held or with the runtime-required taint. A test whose intended
+  end state differs says so: ``world.invariants.allow_reboots(node, 2, why)``,
+  ``world.invariants.expect_held(node, why)``. ``test_invariants.py`` provokes each violation
+  without the controller and checks that it is reported.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from invariants import Invariants
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -198,6 +206,7 @@ class World:
         self.controllers: list[InProcessController] = []
         self.processes: list[subprocess.Popen[bytes]] = []
         self.logs: list[Path] = []
+        self.invariants = Invariants(env.kubeconfig, node_prefix=f"e{self.id}-")
 
     # -- nodes -------------------------------------------------------------------------------
 
@@ -209,6 +218,7 @@ class World:
         names = [f"e{self.id}-{prefix}{i}" for i in range(count)]
         kubelet.add_nodes(names, labels={**self.labels, **(labels or {})})
         self.nodes += names
+        self.invariants.track(names)
         for name in names:
             wait_for(lambda n=name: self.node_ready(n), what=f"node {name} Ready")
         return names
@@ -305,6 +315,19 @@ class World:
         )
         return name
 
+    def pdb(self, namespace: str, name: str, *, min_available: int, labels: dict[str, str]) -> None:
+        """A PodDisruptionBudget over the pods with ``labels`` in ``namespace``."""
+        self.env.policy.create_namespaced_pod_disruption_budget(
+            namespace,
+            client.V1PodDisruptionBudget(
+                metadata=client.V1ObjectMeta(name=name),
+                spec=client.V1PodDisruptionBudgetSpec(
+                    min_available=min_available,
+                    selector=client.V1LabelSelector(match_labels=labels),
+                ),
+            ),
+        )
+
     def package_pods(self, cr: str) -> list[Any]:
         return list(
             self.core.list_namespaced_pod(
@@ -346,7 +369,14 @@ class World:
         self.processes.append(proc)
         return proc
 
+    def __enter__(self) -> World:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
     def cleanup(self) -> None:
+        self.invariants.stop()
         for proc in self.processes:
             if proc.poll() is None:
                 proc.kill()
@@ -386,69 +416,3 @@ def _exists(read: Callable[[], Any]) -> bool:
             return False
         raise
     return True
-
-
-class PdbGuard:
-    """Polls PDBs and their pods; records every moment a budget is violated."""
-
-    def __init__(self, env: E2E) -> None:
-        self.env = env
-        self.violations: list[str] = []
-        self.checks = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="pdb-guard")
-        self._thread.start()
-
-    def _run(self) -> None:
-        policy = self.env.policy
-        core = self.env.core
-        while not self._stop.wait(0.2):
-            try:
-                pdbs = policy.list_pod_disruption_budget_for_all_namespaces().items
-                # A namespace being deleted takes its pods with it; that is not a drain.
-                going = {
-                    ns.metadata.name
-                    for ns in core.list_namespace().items
-                    if ns.metadata.deletion_timestamp is not None
-                }
-                for pdb in pdbs:
-                    if pdb.metadata.namespace in going or pdb.metadata.deletion_timestamp:
-                        continue
-                    min_available = pdb.spec.min_available
-                    if min_available is None or isinstance(min_available, str):
-                        continue
-                    selector = ",".join(
-                        f"{k}={v}" for k, v in (pdb.spec.selector.match_labels or {}).items()
-                    )
-                    pods = core.list_namespaced_pod(
-                        pdb.metadata.namespace, label_selector=selector
-                    ).items
-                    healthy = [
-                        p
-                        for p in pods
-                        if p.metadata.deletion_timestamp is None
-                        and p.status.phase == "Running"
-                        and any(
-                            c.type == "Ready" and c.status == "True"
-                            for c in p.status.conditions or []
-                        )
-                    ]
-                    expected = int(pdb.status.expected_pods or 0) if pdb.status else 0
-                    if (
-                        expected >= min_available
-                        and len(healthy) < min_available
-                        and core.read_namespace(pdb.metadata.namespace).metadata.deletion_timestamp
-                        is None
-                    ):
-                        gone = {p.metadata.name for p in pods} - {p.metadata.name for p in healthy}
-                        self.violations.append(
-                            f"{pdb.metadata.namespace}/{pdb.metadata.name}: {len(healthy)} healthy "
-                            f"< minAvailable {min_available} (not healthy: {sorted(gone)})"
-                        )
-                self.checks += 1
-            except Exception:  # the API may be restarting under a test; keep watching
-                continue
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)

@@ -137,15 +137,7 @@ def test_a_drain_never_violates_a_pdb_and_names_it_until_the_budget_allows(world
     ns = world.namespace()
     deployment(world, ns, "db", 2)
     wait_for(lambda: len(ready_pods(world, ns, "db")) == 2, what="db pods ready")
-    world.env.policy.create_namespaced_pod_disruption_budget(
-        ns,
-        client.V1PodDisruptionBudget(
-            metadata=client.V1ObjectMeta(name="db-pdb"),
-            spec=client.V1PodDisruptionBudgetSpec(
-                min_available=2, selector=client.V1LabelSelector(match_labels={"app": "db"})
-            ),
-        ),
-    )
+    world.pdb(ns, "db-pdb", min_available=2, labels={"app": "db"})
     cr = world.cr_name("noop")
     world.apply_cr(
         cr,
