@@ -167,6 +167,8 @@ def test_a_reboot_handler_drains_and_reboots_every_node_once_without_a_cr_interr
 
 def test_the_vars_change_decides_whether_a_node_reboots(world: World, web: str) -> None:
     nodes = world.add_nodes(2)
+    for node in nodes:
+        world.invariants.allow_reboots(node, 2, "the install and the command line change")
     cr = world.cr_name("tune")
     package = {"version": "1.0.0", "image": f"{EXEC_REGISTRY}/host-tuning"}
     world.apply_cr(
