@@ -132,7 +132,8 @@ def _inspect_image(reference: str) -> tuple[PackageManifest, int, str]:
 @click.option(
     "--root",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Root filesystem to run against (default: a throw-away copy of the cached base).",
+    help="Root filesystem to run against: a mount point no other mount shares (an overlay, a "
+    "tmpfs); default: a throw-away copy-on-write root over the cached base.",
 )
 @click.option(
     "--stages",
@@ -150,6 +151,7 @@ def test(
 ) -> None:
     """Run the stages against a root filesystem, isolated, with the node agent's code."""
     from nodewright_bridge.sandbox import roletesting  # noqa: PLC0415 - Linux namespaces only
+    from nodewright_bridge.sandbox.isolation import IsolationError  # noqa: PLC0415 - likewise
 
     def once(target: Path) -> int:
         try:
@@ -189,7 +191,14 @@ def test(
         if not root.is_dir():
             click.echo(f"error: --root: {root} is not a directory", err=True)
             sys.exit(EXIT_BAD_INPUT)
-        sys.exit(loop(root))
+        try:
+            code = loop(root)
+        except IsolationError as exc:
+            click.echo(f"error: --root: {exc}", err=True)
+            code = EXIT_BAD_INPUT
+        finally:
+            roletesting.release_root(root)
+        sys.exit(code)
     with roletesting.scratch_root() as scratch:
         sys.exit(loop(scratch))
 

@@ -8,20 +8,29 @@ root runs here:
 - in its own mount, PID, UTS and IPC namespaces (``unshare``; propagation private, so nothing it
   mounts is seen outside, and everything it mounted is gone when it ends);
 - with ``<root>/proc`` a fresh procfs of the new PID namespace, whose ``sys`` directory is replaced
-  by the node's own writable stand-in (a directory of plain files in the node's state dir, seeded
-  once from the machine's values and kept until the node's simulated reboot); the procfs parts a
-  container runtime hides (``sysrq-trigger``, ``irq``, ``bus``, ``fs``, ``kcore``, ...) are hidden
-  the same way;
-- with ``<root>/sys`` the node's own directory (a small skeleton, reset at reboot), ``<root>/dev`` a
-  private tmpfs holding only harmless devices (``/dev/shm`` and ``/dev/pts`` its own mounts), and
-  ``<root>/run`` and ``<root>/tmp`` the node root's own directories bound onto themselves
-  (``nosuid,nodev``; emptied at the node's simulated reboot).
+  by the node's own writable stand-in (plain files seeded from the machine's values); the procfs
+  parts a container runtime hides (``sysrq-trigger``, ``irq``, ``bus``, ``fs``, ``kcore``, ...) are
+  hidden the same way (masks: the view's own ``/dev/null``);
+- with ``<root>/sys`` the node's own directory (a small skeleton), ``<root>/dev`` a private tmpfs
+  holding only harmless devices (``/dev/shm`` and ``/dev/pts`` its own mounts), and ``<root>/run``
+  and ``<root>/tmp`` the node's own directories bound onto themselves (``nosuid,nodev``).
+
+The ``/proc/sys`` stand-in, ``/sys``, ``/run`` and ``/tmp`` are the node's per-boot file systems: a
+tmpfs each, mounted on this machine's side (``<state>/proc-sys``, ``<state>/sys``, ``<root>/run``,
+``<root>/tmp``, where outside readers see them) by ``prepare_node``, made afresh at each simulated
+boot and unmounted by ``release_node``; their content lasts from command to command until then.
+Why file systems of their own and not directories on this machine's disk: a remount without
+``bind`` (``mount -o remount,ro /sys``) reconfigures the file system behind the mount it names, and
+for a bound directory that is the file system holding it. So every mount a view shows is a file
+system of the node's own - the root too (an overlay, or a tmpfs copy; ``run_isolated`` refuses a
+root that shares its file system with any mount outside it) - or one made inside the namespace.
 
 So ``/proc``, ``/sys``, ``/dev``, ``/dev/shm``, ``/run`` and ``/tmp`` are mount points, as on a real
 node: a hardening role's ``mount -o remount,nosuid,nodev,noexec /run``, an ``umount`` and re-mount,
-``findmnt`` and Ansible's mount facts work. Such a change lasts for the command only (the next
-command gets fresh mounts); files written to ``/run`` or ``/tmp`` stay in the node root until its
-reboot, where outside readers (the kubelet's reboot-request check) see them.
+``findmnt`` and Ansible's mount facts work. A change of per-mount options (``nosuid``, ``noexec``,
+``ro`` with ``bind``) lasts for the command only (the next command gets fresh mounts); one that
+reconfigures a node file system (``remount,ro`` without ``bind``, ``size=``) lasts, as on a node,
+until the node's next boot; files written to ``/run`` or ``/tmp`` stay until then too.
 
 Three views of the file system, chosen by the caller (``View``):
 - ``HOST``: the real file system (writes outside the node root are real), with the node root
@@ -36,11 +45,11 @@ ends everything started inside (it is the parent of the new PID namespace's init
 Caveats: a command running as root inside could still deliberately mount a fresh procfs or unmount
 the stand-in and then write real sysctls, load kernel modules, or change the host network
 (hostNetwork is shared unless ``network=Network.NONE``). The namespaces stop accidents of ordinary
-roles (``ansible.posix.mount``/``sysctl``, ``hostname``), not a hostile payload. Mount options
-(``nosuid``, ``noexec``, ``ro`` with ``bind``) are per mount, but a remount without ``bind`` also
-reconfigures the file system behind a bound directory: ``remount,ro /run`` (or ``/tmp``) turns the
-whole node root read-only (its overlay; the machine's own file system for a copied root), and
-``remount,ro /sys`` or ``/proc/sys`` the file system holding the node's state directory.
+roles (``ansible.posix.mount``/``sysctl``, ``hostname``), not a hostile payload. Outside the node
+root, a view still holds binds of this machine's files: the whole machine in ``HOST``, the
+caller's ``binds`` (code, volumes, the termination-message file) in ``CONTAINER``; the command
+itself (the agent, ansible-playbook) must not remount those. A role reaches them only by leaving
+its chroot (``/proc/1/root``).
 """
 
 from __future__ import annotations
@@ -60,7 +69,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
-from nodewright_bridge.sandbox import isolation_init
+from nodewright_bridge.sandbox import isolation_init, mounts
 
 # --- the parent side ------------------------------------------------------------------------
 
@@ -116,6 +125,12 @@ SYS_SEED_FILES: tuple[str, ...] = (
     "kernel/mm/transparent_hugepage/enabled",
     "kernel/mm/transparent_hugepage/defrag",
 )
+# tmpfs options of the node's per-boot file systems. Sizes are caps (a tmpfs takes memory only as
+# files fill it): the seeded /proc/sys stand-in holds ~1,500 files (~6 MB); /run and /tmp get what
+# a small node's would.
+PROC_SYS_FS_OPTIONS = "size=16m,mode=755"
+SYS_FS_OPTIONS = "size=4m,mode=755"
+NODE_DIR_FS_OPTIONS = {"run": "size=64m,mode=755", "tmp": "size=512m,mode=1777"}
 
 
 @contextlib.contextmanager
@@ -194,47 +209,66 @@ def _apply_sysctl_config(root: Path, proc_sys: Path) -> None:
             dst.write_text(value.strip() + "\n")
 
 
-def _clear_dir(path: Path) -> None:
-    """Empty ``path`` (a directory inside a node root) without following any symlink."""
+def _real_dir(path: Path) -> None:
+    """Make ``path`` (inside a node root) a real directory: a symlink or file there is removed."""
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         path.unlink()
     path.mkdir(parents=True, exist_ok=True)
-    for entry in path.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
+
+
+def boot_filesystems(root: Path, state: Path) -> list[tuple[Path, str]]:
+    """The node's per-boot file systems: (mount point on this machine, tmpfs options)."""
+    return [
+        (state / PROC_SYS_DIR, PROC_SYS_FS_OPTIONS),
+        (state / SYS_DIR, SYS_FS_OPTIONS),
+        *((root / name, NODE_DIR_FS_OPTIONS[name]) for name in isolation_init.SELF_BOUND_DIRS),
+    ]
 
 
 def prepare_node(root: Path, state: Path, boot_id: str) -> bool:
     """Make the node's per-boot state match ``boot_id``; True when this started a new boot.
 
-    A new boot (first use, or after a simulated reboot changed the id) empties ``<root>/run`` and
-    ``<root>/tmp``, reseeds the ``/proc/sys`` stand-in and ``/sys``, applies the node's sysctl
-    configuration, and writes ``boot_id`` to ``/proc/sys/kernel/random/boot_id``. Safe to call
-    before every command.
+    A new boot (first use, after ``release_node``, or after a simulated reboot changed the id)
+    replaces the node's per-boot file systems with fresh ones (so ``/run`` and ``/tmp`` are empty,
+    and a role's remount of one is undone), seeds the ``/proc/sys`` stand-in and ``/sys``, applies
+    the node's sysctl configuration, and writes ``boot_id`` to ``/proc/sys/kernel/random/boot_id``.
+    Safe to call before every command.
     """
+    root, state = root.resolve(), state.resolve()
     with _locked(state):
         id_file = state / BOOT_ID_FILE
-        if id_file.is_file() and id_file.read_text().strip() == boot_id:
+        filesystems = boot_filesystems(root, state)
+        if (
+            id_file.is_file()
+            and id_file.read_text().strip() == boot_id
+            and all(os.path.ismount(path) for path, _ in filesystems)
+        ):
             return False
-        proc_sys, sys_dir = state / PROC_SYS_DIR, state / SYS_DIR
-        for directory in (proc_sys, sys_dir):
-            if directory.exists():
-                shutil.rmtree(directory)
-            directory.mkdir(parents=True)
+        for path, options in filesystems:
+            mounts.unmount(path)  # the previous boot's, if any
+            _real_dir(path)
+            mounts.mount_tmpfs(path, options)
+        proc_sys = state / PROC_SYS_DIR
         _seed_proc_sys(proc_sys)
-        _seed_sys(sys_dir)
-        _clear_dir(root / "run")
-        (root / "run/lock").mkdir(exist_ok=True)
-        _clear_dir(root / "tmp")  # as the node's systemd-tmpfiles (``D /tmp``) does at boot
-        (root / "tmp").chmod(0o1777)
+        _seed_sys(state / SYS_DIR)
+        (root / "run/lock").mkdir()
         _apply_sysctl_config(root, proc_sys)
         boot_file = proc_sys / "kernel/random/boot_id"
         if boot_file.parent.is_dir():
             boot_file.write_text(boot_id + "\n")
         id_file.write_text(boot_id + "\n")
         return True
+
+
+def release_node(root: Path, state: Path) -> None:
+    """Unmount the node's per-boot file systems, as powering the node off would discard them;
+    its next ``prepare_node`` starts a new boot. Nothing mounted is fine."""
+    root, state = root.resolve(), state.resolve()
+    with contextlib.ExitStack() as stack:
+        if state.is_dir():
+            stack.enter_context(_locked(state))
+        for path, _ in reversed(boot_filesystems(root, state)):
+            mounts.unmount(path)
 
 
 def run_isolated(
@@ -257,7 +291,7 @@ def run_isolated(
     """Start ``argv`` isolated on the node whose root is ``root``; see the module docstring.
 
     Args:
-        root: the node's root filesystem (e.g. ``NodeRoot.path``).
+        root: the node's root filesystem (e.g. ``NodeRoot.path``): a file system of its own.
         state: the node's isolation state directory (``/proc/sys`` stand-in, ``/sys``, boot id).
         argv: the command; resolved with ``env["PATH"]`` inside the chosen view.
         env: the command's complete environment.
@@ -282,10 +316,18 @@ def run_isolated(
     root, state = root.resolve(), state.resolve()
     if not root.is_dir():
         raise IsolationError(f"node root {root} is not a directory")
+    if not mounts.private_filesystem(root):
+        raise IsolationError(
+            f"node root {root} is not a file system of its own (a mount point whose file system "
+            "no mount outside it uses, such as the sandbox's overlay): a remount inside the node "
+            "would reconfigure the file system holding it"
+        )
     if boot_id:
         prepare_node(root, state, boot_id)
-    elif not (state / PROC_SYS_DIR).is_dir():
-        raise IsolationError(f"node state {state} is not prepared (pass boot_id)")
+    unprepared = mounts.not_private(path for path, _ in boot_filesystems(root, state))
+    if unprepared:
+        names = ", ".join(str(path) for path in unprepared)
+        raise IsolationError(f"node state {state} is not prepared ({names}; pass boot_id)")
     scratch = state / "mnt"
     if view is View.CONTAINER:
         scratch.mkdir(parents=True, exist_ok=True)

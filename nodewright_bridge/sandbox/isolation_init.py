@@ -29,13 +29,13 @@ SYS_DIR = "sys"
 DEVICES: tuple[str, ...] = ("null", "zero", "full", "random", "urandom", "tty")
 # Node directories that are mount points on a real node but whose files must outlive one command
 # (the reboot request and /var/run/reboot-required in /run, a role's downloads in /tmp): each is
-# the node's own directory bound onto itself, with the options systemd gives them.
+# the node's per-boot tmpfs there, bound onto itself, with the options systemd gives them.
 SELF_BOUND_DIRS: tuple[str, ...] = ("run", "tmp")
 
 
 _MS_RDONLY = 1
-_MS_NOSUID = 2
-_MS_NODEV = 4
+MS_NOSUID = 2
+MS_NODEV = 4
 _MS_NOEXEC = 8
 _MS_REMOUNT = 32
 _MS_BIND = 4096
@@ -52,7 +52,8 @@ _PROC_MASKED = ("kcore", "keys", "latency_stats", "timer_list", "timer_stats", "
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _mount(source: str, target: str, fstype: str, flags: int, data: str = "") -> None:
+def mount(source: str, target: str, fstype: str, flags: int, data: str = "") -> None:
+    """mount(2); an ``OSError`` naming the mount on failure (also used on the parent side)."""
     result = _libc.mount(
         source.encode(), target.encode(), fstype.encode(), flags, data.encode() if data else None
     )
@@ -64,11 +65,11 @@ def _mount(source: str, target: str, fstype: str, flags: int, data: str = "") ->
 def _bind(
     source: str, target: str, *, read_only: bool = False, recursive: bool = False, flags: int = 0
 ) -> None:
-    """Bind ``source`` at ``target``; ``flags`` (``_MS_NOSUID``, ...) apply to this mount only."""
-    _mount(source, target, "", _MS_BIND | (_MS_REC if recursive else 0))
+    """Bind ``source`` at ``target``; ``flags`` (``MS_NOSUID``, ...) apply to this mount only."""
+    mount(source, target, "", _MS_BIND | (_MS_REC if recursive else 0))
     flags |= _MS_RDONLY if read_only else 0
     if flags:
-        _mount("", target, "", _MS_BIND | _MS_REMOUNT | flags)
+        mount("", target, "", _MS_BIND | _MS_REMOUNT | flags)
 
 
 def _inside(base: str, rel: str, *, directory: bool = True) -> str:
@@ -91,8 +92,10 @@ def _inside(base: str, rel: str, *, directory: bool = True) -> str:
     return path
 
 
-def _setup_proc(proc: str, proc_sys: str) -> None:
-    _mount("proc", proc, "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+def _setup_proc(proc: str, proc_sys: str, null: str) -> None:
+    """A fresh procfs with the stand-in over ``sys``; ``null``, the view's own ``/dev/null``, masks
+    entries (the machine's would let ``mount -o remount,ro /proc/kcore`` reconfigure its /dev)."""
+    mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | _MS_NOEXEC)
     for name in _PROC_READ_ONLY:
         path = os.path.join(proc, name)
         if os.path.exists(path):
@@ -100,12 +103,12 @@ def _setup_proc(proc: str, proc_sys: str) -> None:
     for name in _PROC_MASKED:
         path = os.path.join(proc, name)
         if os.path.isfile(path):
-            _bind("/dev/null", path)
+            _bind(null, path)
     _bind(proc_sys, os.path.join(proc, "sys"))
 
 
 def _setup_dev(dev: str) -> None:
-    _mount("tmpfs", dev, "tmpfs", _MS_NOSUID, "mode=755,size=65536k")
+    mount("tmpfs", dev, "tmpfs", MS_NOSUID, "mode=755,size=65536k")
     for name in DEVICES:
         info = os.stat(os.path.join("/dev", name))
         os.mknod(os.path.join(dev, name), stat.S_IFCHR | 0o666, info.st_rdev)
@@ -113,9 +116,9 @@ def _setup_dev(dev: str) -> None:
     for sub, mode in (("pts", 0o755), ("shm", 0o1777), ("mqueue", 0o755)):
         os.mkdir(os.path.join(dev, sub), mode)
         os.chmod(os.path.join(dev, sub), mode)
-    _mount("devpts", os.path.join(dev, "pts"), "devpts", _MS_NOSUID | _MS_NOEXEC,
-           "newinstance,ptmxmode=0666,mode=0620,gid=5")  # fmt: skip
-    _mount("shm", os.path.join(dev, "shm"), "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+    mount("devpts", os.path.join(dev, "pts"), "devpts", MS_NOSUID | _MS_NOEXEC,
+          "newinstance,ptmxmode=0666,mode=0620,gid=5")  # fmt: skip
+    mount("shm", os.path.join(dev, "shm"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     for name, target in (
         ("ptmx", "pts/ptmx"),
         ("fd", "/proc/self/fd"),
@@ -127,22 +130,23 @@ def _setup_dev(dev: str) -> None:
 
 
 def _setup_system_dirs(base: str, state: str) -> None:
-    """procfs with the /proc/sys stand-in, the node's /sys and a private /dev under ``base``."""
-    _setup_proc(_inside(base, "proc"), os.path.join(state, PROC_SYS_DIR))
+    """A private /dev, procfs with the /proc/sys stand-in and the node's /sys under ``base``."""
+    dev = _inside(base, "dev")
+    _setup_dev(dev)
+    _setup_proc(_inside(base, "proc"), os.path.join(state, PROC_SYS_DIR), os.path.join(dev, "null"))
     _bind(os.path.join(state, SYS_DIR), _inside(base, "sys"))
-    _setup_dev(_inside(base, "dev"))
 
 
 def _setup_node_dirs(root: str, state: str) -> None:
-    """The node root's standard mount points: the system dirs, then /run and /tmp bound onto
-    themselves. Why a bind and not a tmpfs: the files stay in the node root (outside readers such
-    as the kubelet's reboot-request check see them, and they last until a simulated reboot
-    empties them), while a role's ``mount -o remount,noexec /run`` or ``umount /run`` acts on this
-    namespace's mount only and an umount uncovers the very same directory."""
+    """The node root's standard mount points: the system dirs, then /run and /tmp (the node's
+    per-boot tmpfs, mounted on the machine's side) bound onto themselves. Why the extra bind: a
+    role's ``mount -o remount,noexec /run`` then changes this namespace's mount only, and its
+    ``umount /run`` uncovers the very same files (which outside readers such as the kubelet's
+    reboot-request check see, and which last until the node's simulated reboot)."""
     _setup_system_dirs(root, state)
     for name in SELF_BOUND_DIRS:
         path = _inside(root, name)
-        _bind(path, path, flags=_MS_NOSUID | _MS_NODEV)
+        _bind(path, path, flags=MS_NOSUID | MS_NODEV)
 
 
 def _pivot(new_root: str) -> None:
@@ -171,7 +175,7 @@ def _build(spec: dict[str, object]) -> None:
     view = str(spec["view"])
     binds = spec["binds"]
     assert isinstance(binds, list)
-    _mount("", "/", "", _MS_REC | _MS_PRIVATE)  # belt and braces: nothing propagates out
+    mount("", "/", "", _MS_REC | _MS_PRIVATE)  # belt and braces: nothing propagates out
     hostname = str(spec["hostname"])
     if not hostname:
         try:
@@ -181,8 +185,7 @@ def _build(spec: dict[str, object]) -> None:
             pass
     if hostname:
         _libc.sethostname(hostname.encode(), len(hostname.encode()))
-    if not os.path.ismount(root):
-        _bind(root, root)  # pivot_root and a clean rbind both need a mount point
+    # The parent has checked that the root is a file system of its own (so a mount point).
     _setup_node_dirs(root, state)
     if view == "host":
         for source, target, read_only in binds:
@@ -192,13 +195,13 @@ def _build(spec: dict[str, object]) -> None:
         _pivot(root)
     else:
         scratch = str(spec["scratch"])
-        _mount("tmpfs", scratch, "tmpfs", 0, "mode=755")
+        mount("tmpfs", scratch, "tmpfs", 0, "mode=755")
         upper, work, merged = (os.path.join(scratch, n) for n in ("upper", "work", "root"))
         for path in (upper, work, merged):
             os.mkdir(path)
-        _mount("overlay", merged, "overlay", 0, f"lowerdir=/,upperdir={upper},workdir={work}")
+        mount("overlay", merged, "overlay", 0, f"lowerdir=/,upperdir={upper},workdir={work}")
         _setup_system_dirs(merged, state)
-        _mount("tmpfs", _inside(merged, "tmp"), "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+        mount("tmpfs", _inside(merged, "tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
         if spec["host_root_at"]:
             _bind(root, _inside(merged, str(spec["host_root_at"])), recursive=True)
         _apply_binds(merged, binds)

@@ -53,6 +53,12 @@ def state_dir_for(root: Path) -> Path:
     return rootfs.cache_dir() / "package-test" / digest
 
 
+def release_root(root: Path, state: Path | None = None) -> None:
+    """Power the test node off: unmount the per-boot file systems the runs mounted (its ``/run``,
+    ``/tmp``, ``/proc/sys`` and ``/sys``); the next run on ``root`` boots it afresh (same id)."""
+    isolation.release_node(root, state or state_dir_for(root))
+
+
 @contextmanager
 def scratch_root(keep: bool = False) -> Iterator[Path]:
     """A throw-away copy-on-write root over the cached Debian base."""
@@ -63,6 +69,8 @@ def scratch_root(keep: bool = False) -> Iterator[Path]:
         yield node.path
     finally:
         if not keep:
+            release_root(node.path)
+            shutil.rmtree(state_dir_for(node.path), ignore_errors=True)
             rootfs.unmount_node_root(node, remove=True)
             shutil.rmtree(work, ignore_errors=True)
 

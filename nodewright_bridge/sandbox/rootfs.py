@@ -3,16 +3,20 @@
 Why: exec and podman pods map a hostPath ``/`` to "the node's root filesystem". Each simulated node
 needs its own, cheap to create and impossible to confuse with the real machine's ``/``. A Debian
 ``minbase`` tree with Python (what Ansible modules need) is built once per machine and cached; every
-node gets an overlayfs over it (the node's writes land in its own upper directory), or a reflink
-copy where overlayfs cannot be mounted.
+node gets an overlayfs over it (the node's writes land in its own upper directory), or, where
+overlayfs cannot be mounted, a copy in a tmpfs of its own. Either way the root is a file system of
+the node's own, never a directory on this machine's disk: ``mount -o remount,ro /`` inside a node
+reconfigures the file system behind its root (see ``isolation``).
 
 Guarantees:
 - The base is built at most once per cache key, even with concurrent callers (a file lock, a
   temporary build directory and an atomic rename; a half-built tree is never used).
 - The mirror is the one apt on this machine already uses, read at run time.
+- A mounted node root never outlives the process that mounted it (``mounts.track``).
 
 Caveats:
 - Building needs root and ``debootstrap``; a cold build downloads ~100 MB and takes ~1 minute.
+- A copied root lives in memory (~270 MB a node): its changes last until it is unmounted.
 - A node root is only a directory tree. Running anything in it safely needs
   ``nodewright_bridge.sandbox.isolation`` (a chroot alone does not isolate mounts or sysctls).
 """
@@ -32,6 +36,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+
+from nodewright_bridge.sandbox import mounts
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +64,8 @@ ROOTFS_FORMAT = 1
 VARIANT = "minbase"
 # Written into the finished tree; its presence marks a complete build.
 METADATA_FILE = ".nwb-rootfs.json"
+# The tmpfs of a copied node root: a cap (memory is taken as files fill it), ~8x the base tree.
+COPY_ROOT_FS_OPTIONS = "size=2g,mode=755"
 
 
 class RootfsError(Exception):
@@ -258,60 +266,68 @@ class NodeRoot:
     node_dir: Path
 
 
-def _is_mountpoint(path: Path) -> bool:
-    target = str(path.resolve())
-    with open("/proc/self/mountinfo") as handle:
-        for line in handle:
-            mount_point = line.split()[4].encode().decode("unicode_escape")
-            if mount_point == target:
-                return True
-    return False
+def _mounted_fstype(path: Path) -> str:
+    """The type of the file system mounted at ``path`` ("" if none): overlay, tmpfs, ..."""
+    target = os.path.realpath(path)
+    found = [m.fstype for m in mounts.table() if m.point == target]
+    return found[-1] if found else ""
 
 
-def mount_node_root(base: Path, node_dir: Path) -> NodeRoot:
+def mount_node_root(base: Path, node_dir: Path, *, copy: bool = False) -> NodeRoot:
     """Give a node a copy-on-write root at ``<node_dir>/root`` over ``base``.
 
     overlayfs with the node's upper/work directories under ``node_dir`` (so the node's changes
-    survive unmount and remount); falls back to ``cp -a --reflink=auto`` where overlayfs fails.
-    Idempotent: an already mounted or copied root is returned as is.
+    survive unmount and remount); where overlayfs fails (or with ``copy``), ``base`` copied into a
+    tmpfs mounted there (its changes end with the mount). Idempotent: an already mounted root is
+    returned as is.
     """
     root = node_dir / "root"
     upper, work = node_dir / "upper", node_dir / "work"
-    copied_marker = node_dir / "root.copied"
-    if copied_marker.is_file():
-        return NodeRoot(root, RootMode.COPY, base, node_dir)
     for path in (root, upper, work):
         path.mkdir(parents=True, exist_ok=True)
-    if _is_mountpoint(root):
-        return NodeRoot(root, RootMode.OVERLAY, base, node_dir)
-    options = f"lowerdir={base},upperdir={upper},workdir={work}"
-    done = subprocess.run(
-        ["mount", "-t", "overlay", "overlay", "-o", options, str(root)],
-        capture_output=True,
-        text=True,
-        check=False,
+    fstype = _mounted_fstype(root)
+    if fstype:
+        mounts.track(root)  # ours now, if a gone process mounted it
+        mode = RootMode.OVERLAY if fstype == "overlay" else RootMode.COPY
+        return NodeRoot(root, mode, base, node_dir)
+    if not copy:
+        options = f"lowerdir={base},upperdir={upper},workdir={work}"
+        done = subprocess.run(
+            ["mount", "-t", "overlay", "overlay", "-o", options, str(root)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode == 0:
+            mounts.track(root)
+            return NodeRoot(root, RootMode.OVERLAY, base, node_dir)
+        logger.warning(
+            "overlay mount failed; copying the base into a tmpfs",
+            extra={"error": done.stderr.strip()},
+        )
+    mounts.mount_tmpfs(root, COPY_ROOT_FS_OPTIONS, flags=0)
+    copied = subprocess.run(
+        ["cp", "-a", f"{base}/.", f"{root}/"], capture_output=True, text=True, check=False
     )
-    if done.returncode == 0:
-        return NodeRoot(root, RootMode.OVERLAY, base, node_dir)
-    logger.warning("overlay mount failed; copying the base", extra={"error": done.stderr.strip()})
-    shutil.rmtree(root)
-    copy = subprocess.run(
-        ["cp", "-a", "--reflink=auto", str(base), str(root)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if copy.returncode != 0:
-        raise RootfsError(f"cannot copy the base rootfs to {root}: {copy.stderr.strip()}")
-    copied_marker.write_text("")
+    if copied.returncode != 0:
+        mounts.unmount(root)
+        raise RootfsError(f"cannot copy the base rootfs to {root}: {copied.stderr.strip()}")
     return NodeRoot(root, RootMode.COPY, base, node_dir)
 
 
 def unmount_node_root(node: NodeRoot, *, remove: bool = False) -> None:
-    """Unmount a node root (its changes stay in ``upper``); ``remove`` deletes everything."""
-    if node.mode is RootMode.OVERLAY and _is_mountpoint(node.path):
-        done = subprocess.run(["umount", str(node.path)], capture_output=True, check=False)
+    """Unmount a node root (an overlay's changes stay in ``upper``); ``remove`` deletes everything.
+
+    What is mounted below the root (the node's per-boot file systems, if ``isolation`` did not
+    release them) goes with it.
+    """
+    point = os.path.realpath(node.path)
+    below = [Path(m.point) for m in mounts.table() if m.point.startswith(point + "/")]
+    if below or _mounted_fstype(node.path):
+        done = subprocess.run(["umount", "-R", point], capture_output=True, check=False)
         if done.returncode != 0:  # still busy (a process holds it): detach now, free later
-            subprocess.run(["umount", "-l", str(node.path)], capture_output=True, check=False)
-    if remove:
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    for path in [*below, node.path]:
+        mounts.untrack(path)
+    if remove and not _mounted_fstype(node.path):
         shutil.rmtree(node.node_dir, ignore_errors=True)

@@ -111,6 +111,7 @@ def main() -> None:
             )
             agent2.append(agent_run(node.path, state, role, "apply,apply-check"))
     finally:
+        isolation.release_node(node.path, state)
         rootfs.unmount_node_root(node, remove=True)
         shutil.rmtree(work, ignore_errors=True)
 

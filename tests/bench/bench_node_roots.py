@@ -51,7 +51,7 @@ def main() -> None:
         def boot() -> None:
             isolation.prepare_node(node.path, state, str(time.time()))
 
-        show("first boot state (/proc/sys seed) per node", timed(boot, 5))
+        show("new boot (tmpfs + /proc/sys seed) per node", timed(boot, 5))
         show("plain subprocess `true`", timed(lambda: subprocess.run(["true"], check=True), runs))
         for view in isolation.View:
 
@@ -66,6 +66,8 @@ def main() -> None:
                    f"-v={node.path}:/host", image, "true"]  # fmt: skip
             show("podman run --rm --privileged `true`",
                  timed(lambda: subprocess.run(cmd, check=True), max(3, runs // 4)))  # fmt: skip
+        show("release (per-boot file systems unmounted)",
+             timed(lambda: isolation.release_node(node.path, state), 1))  # fmt: skip
         for one_root in made:
             rootfs.unmount_node_root(one_root)
 

@@ -6,8 +6,10 @@
 - ``control_plane`` (session): ``sandbox.control_plane``, for tests that only need the apiserver.
 - ``kube`` (per test): a ``Kube`` with ready-made API objects and helpers whose objects are
   cleaned up after the test: ``namespace()``, ``add_nodes()``, ``cordon()``.
+- ``base_rootfs`` (session): the cached Debian base root filesystem (built on first use).
 - ``node_root`` (per test): ``(root, state)`` of a fresh copy-on-write node root over the cached
-  Debian base, prepared for isolation (``roletesting`` runs the real agent on it); no control
+  Debian base, prepared for isolation (boot ``boot-1``: its per-boot file systems mounted, and
+  unmounted with the root afterwards; ``roletesting`` runs the real agent on it); no control
   plane needed.
 """
 
@@ -61,6 +63,7 @@ def node_root(base_rootfs: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     state = tmp_path / "node" / "isolation"
     isolation.prepare_node(root.path, state, "boot-1")
     yield root.path, state
+    isolation.release_node(root.path, state)
     rootfs.unmount_node_root(root, remove=True)
 
 

@@ -6,6 +6,8 @@ ansible-runner and the community.general.chroot connection into a node root, cha
 node: the machine's /proc/sys values stay as they were and no mount is left behind. And, as on a
 real node, /proc, /sys, /dev, /dev/shm, /run and /tmp are mount points in every view, so a
 hardening role's remounts of /run and /dev/shm work there, again without touching the machine.
+Even a remount without ``bind`` (which reconfigures the file system behind a mount) reaches only
+the node's own file systems: each per-node directory a view shows is one of its own.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from machine_guard import host_sysctl, machine_mounts, mount_options
+from machine_guard import host_sysctl, machine_mount_flags, machine_mounts, mount_options
 
 from nodewright_bridge.sandbox import isolation, rootfs
 
@@ -42,20 +44,6 @@ HARDENED = {"nosuid", "nodev", "noexec"}
 HARDEN_MOUNTS_ROLE = Path(__file__).resolve().parents[1] / "e2e/roles/harden-mounts"
 
 
-@pytest.fixture(scope="module")
-def base() -> Path:
-    return rootfs.ensure_base_rootfs()
-
-
-@pytest.fixture
-def node(base: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    root = rootfs.mount_node_root(base, tmp_path / "node")
-    state = tmp_path / "node/isolation"
-    isolation.prepare_node(root.path, state, "boot-1")
-    yield root.path, state
-    rootfs.unmount_node_root(root, remove=True)
-
-
 @pytest.fixture
 def host_sysctls_guarded() -> Iterator[dict[str, str]]:
     """The machine's values before the test; restored (and the test failed) if they changed."""
@@ -72,6 +60,21 @@ def mounts_under(path: Path) -> list[str]:
     with open("/proc/self/mountinfo") as handle:
         points = [line.split()[4] for line in handle]
     return [p for p in points if p.startswith(prefix)]
+
+
+def own_mounts(root: Path) -> list[str]:
+    """What stays mounted under a node root on the machine's side: the root and its per-boot
+    /run and /tmp (nothing a command mounted inside)."""
+    return [str(root.resolve()), f"{root.resolve()}/run", f"{root.resolve()}/tmp"]
+
+
+def root_in_view(view: isolation.View, root: Path) -> str:
+    """Where the node root is in ``view`` ("" for ``/``), as ``run_on_node`` runs it."""
+    return {
+        isolation.View.HOST: str(root.resolve()),
+        isolation.View.NODE: "",
+        isolation.View.CONTAINER: "/host",
+    }[view]
 
 
 def run_on_node(
@@ -148,9 +151,9 @@ def run_play(root: Path, state: Path, tmp_path: Path, site: str, extravars: dict
 
 
 def test_a_role_mounting_proc_and_setting_sysctls_changes_only_the_simulated_node(
-    node: tuple[Path, Path], tmp_path: Path, host_sysctls_guarded: dict[str, str]
+    node_root: tuple[Path, Path], tmp_path: Path, host_sysctls_guarded: dict[str, str]
 ) -> None:
-    root, state = node
+    root, state = node_root
     forward = "0" if host_sysctls_guarded[IP_FORWARD] == "1" else "1"
     roles = tmp_path / "pdd/project/roles"
     (roles / "harden/tasks").mkdir(parents=True)
@@ -161,7 +164,7 @@ def test_a_role_mounting_proc_and_setting_sysctls_changes_only_the_simulated_nod
     # The machine: unchanged kernel settings, no mount left under the node root but the root.
     assert host_sysctl(SWAPPINESS) == host_sysctls_guarded[SWAPPINESS]
     assert host_sysctl(IP_FORWARD) == host_sysctls_guarded[IP_FORWARD]
-    assert mounts_under(root) == [str(root.resolve())]
+    assert mounts_under(root) == own_mounts(root)
     assert "hidepid" not in Path("/etc/fstab").read_text()
     # The node: its fstab and sysctl.conf were written, and its own /proc/sys has the values.
     assert "hidepid=2" in (root / "etc/fstab").read_text()
@@ -187,9 +190,9 @@ HARDEN_SITE = """\
 
 
 def test_a_hardening_role_remounting_run_and_dev_shm_changes_only_the_simulated_node(
-    node: tuple[Path, Path], tmp_path: Path, host_sysctls_guarded: dict[str, str]
+    node_root: tuple[Path, Path], tmp_path: Path, host_sysctls_guarded: dict[str, str]
 ) -> None:
-    root, state = node
+    root, state = node_root
     machine_before = machine_mounts()
     dmesg = "0" if host_sysctls_guarded[DMESG_RESTRICT] == "1" else "1"
     shutil.copytree(HARDEN_MOUNTS_ROLE, tmp_path / "pdd/project/roles/harden-mounts")
@@ -198,7 +201,7 @@ def test_a_hardening_role_remounting_run_and_dev_shm_changes_only_the_simulated_
 
     assert machine_mounts() == machine_before
     assert host_sysctl(DMESG_RESTRICT) == host_sysctls_guarded[DMESG_RESTRICT]
-    assert mounts_under(root) == [str(root.resolve())]
+    assert mounts_under(root) == own_mounts(root)
     dropin = root / "etc/sysctl.d/60-nwb-harden-mounts.conf"
     assert f"kernel.dmesg_restrict={dmesg}" in dropin.read_text().splitlines()
     # The next command on the node: the setting is kept; the remount lasted for that run only.
@@ -211,14 +214,10 @@ def test_a_hardening_role_remounting_run_and_dev_shm_changes_only_the_simulated_
 
 @pytest.mark.parametrize("view", list(isolation.View))
 def test_standard_dirs_are_mount_points_and_a_remount_stays_in_the_namespace(
-    view: isolation.View, node: tuple[Path, Path], host_sysctls_guarded: dict[str, str]
+    view: isolation.View, node_root: tuple[Path, Path], host_sysctls_guarded: dict[str, str]
 ) -> None:
-    root, state = node
-    at = {  # where the node root is in each view
-        isolation.View.HOST: str(root.resolve()),
-        isolation.View.NODE: "",
-        isolation.View.CONTAINER: "/host",
-    }[view]
+    root, state = node_root
+    at = root_in_view(view, root)
     dmesg = "0" if host_sysctls_guarded[DMESG_RESTRICT] == "1" else "1"
     machine_before = machine_mounts()
     done = run_on_node(
@@ -238,14 +237,14 @@ def test_standard_dirs_are_mount_points_and_a_remount_stays_in_the_namespace(
 
     assert machine_mounts() == machine_before
     assert host_sysctl(DMESG_RESTRICT) == host_sysctls_guarded[DMESG_RESTRICT]
-    assert mounts_under(root) == [str(root.resolve())]
+    assert mounts_under(root) == own_mounts(root)
     assert (state / isolation.PROC_SYS_DIR / DMESG_RESTRICT).read_text().strip() == dmesg
 
 
 def test_stacked_proc_remount_inside_keeps_the_stand_in(
-    node: tuple[Path, Path], host_sysctls_guarded: dict[str, str]
+    node_root: tuple[Path, Path], host_sysctls_guarded: dict[str, str]
 ) -> None:
-    root, state = node
+    root, state = node_root
     done = run_on_node(
         root,
         state,
@@ -258,9 +257,9 @@ def test_stacked_proc_remount_inside_keeps_the_stand_in(
 
 
 def test_commands_see_a_private_pid_namespace_and_only_harmless_devices(
-    node: tuple[Path, Path],
+    node_root: tuple[Path, Path],
 ) -> None:
-    root, state = node
+    root, state = node_root
     done = run_on_node(root, state, "ls /proc | grep -c '^[0-9]' ; ls /dev")
     assert done.returncode == 0, done.stderr
     count, *devices = done.stdout.decode().split()
@@ -270,10 +269,10 @@ def test_commands_see_a_private_pid_namespace_and_only_harmless_devices(
 
 
 def test_run_and_tmp_are_kept_per_node_and_emptied_by_a_simulated_reboot(
-    node: tuple[Path, Path], base: Path, tmp_path: Path
+    node_root: tuple[Path, Path], base_rootfs: Path, tmp_path: Path
 ) -> None:
-    root, state = node
-    other = rootfs.mount_node_root(base, tmp_path / "other")
+    root, state = node_root
+    other = rootfs.mount_node_root(base_rootfs, tmp_path / "other")
     other_state = tmp_path / "other/isolation"
     isolation.prepare_node(other.path, other_state, "boot-1")
     try:
@@ -306,13 +305,14 @@ def test_run_and_tmp_are_kept_per_node_and_emptied_by_a_simulated_reboot(
         assert after.stdout.decode().split() == ["21", dirty_before, "boot-2"]
         assert isolation.prepare_node(root, state, "boot-2") is False  # same boot: kept
     finally:
+        isolation.release_node(other.path, other_state)
         rootfs.unmount_node_root(other, remove=True)
 
 
 def test_container_view_shows_the_node_root_at_host_and_discards_other_writes(
-    node: tuple[Path, Path], tmp_path: Path
+    node_root: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    root, state = node
+    root, state = node_root
     volume = tmp_path / "vars"
     volume.mkdir()
     (volume / "vars.json").write_text("{}")
@@ -349,8 +349,8 @@ def test_container_view_shows_the_node_root_at_host_and_discards_other_writes(
     assert log.read_text() == "done\n"
 
 
-def test_killing_the_isolated_process_ends_everything_inside(node: tuple[Path, Path]) -> None:
-    root, state = node
+def test_killing_the_isolated_process_ends_everything_inside(node_root: tuple[Path, Path]) -> None:
+    root, state = node_root
     # A duration no other process on the machine uses, so pgrep sees only this test's sleepers.
     marker = f"sleep 300.{os.getpid()}{time.monotonic_ns() % 1000:03d}"
     proc = isolation.run_isolated(
@@ -370,3 +370,121 @@ def test_killing_the_isolated_process_ends_everything_inside(node: tuple[Path, P
             break
         time.sleep(0.1)
     assert leftover.stdout == b""
+
+
+# --- a remount without `bind` reconfigures a file system: only ever one of the node's own ------
+
+# Read-only, without `bind`: each reconfigures the file system behind the mount it names.
+REMOUNTED_RO = ("/sys", "/proc/sys", "/run", "/tmp", "/")
+
+
+def findmnt_target(path: Path) -> tuple[str, str]:
+    """(MAJ:MIN, mount point) of the file system holding ``path``, as findmnt sees it here."""
+    done = subprocess.run(
+        ["findmnt", "--noheadings", "--output", "MAJ:MIN,TARGET", "--target", str(path)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    device, target = done.stdout.splitlines()[-1].split(maxsplit=1)
+    return device, target
+
+
+def require_per_node_filesystems(root: Path, state: Path) -> list[Path]:
+    """The node's own file systems a view shows; FAILS the test (no remount is ever tried) unless
+    each is a mount point of its own, on another device than this machine's root and the file
+    system holding the sandbox state - checked with findmnt and stat, not with the code under
+    test. Were one a bind of a directory on this machine's disk, the remount would make it
+    read-only."""
+    machine = {findmnt_target(Path("/"))[0], findmnt_target(state)[0]}
+    machine_dev = {os.stat("/").st_dev, os.stat(state).st_dev}
+    per_node = [
+        root,
+        root / "run",
+        root / "tmp",
+        state / isolation.PROC_SYS_DIR,
+        state / isolation.SYS_DIR,
+    ]
+    problems = []
+    for path in per_node:
+        device, target = findmnt_target(path)
+        if (
+            target != str(path.resolve())
+            or device in machine
+            or os.stat(path).st_dev in machine_dev
+        ):
+            problems.append(f"{path} is on {device}, mounted at {target}")
+    if problems:
+        pytest.fail(
+            "refusing to remount: per-node state is not on file systems of its own, so a remount "
+            "without bind would reach this machine's disk:\n  " + "\n  ".join(problems)
+        )
+    return per_node
+
+
+def write_and_remove(directory: Path) -> None:
+    probe = directory / f".nwb-probe-{os.getpid()}"
+    probe.write_text("writable\n")
+    probe.unlink()
+
+
+def remount_read_only_and_check(root: Path, state: Path, view: isolation.View) -> None:
+    """The proof: a role's ``mount -o remount,ro`` (no bind) of each of ``REMOUNTED_RO`` in
+    ``view`` succeeds and makes that node file system read-only - and only that one."""
+    per_node = require_per_node_filesystems(root, state)
+    holding = findmnt_target(state)[1]
+    flags_before = machine_mount_flags(extra=(holding,))
+    at = root_in_view(view, root)
+    # Every device this machine's mounts use, but the node's own: the last guard runs inside the
+    # view, right before the remount, on the very mount it would reconfigure.
+    own = {findmnt_target(path)[0] for path in per_node}
+    with open("/proc/self/mountinfo") as handle:
+        forbidden = {line.split()[2] for line in handle} - own
+    targets = " ".join(f"{at}{path}".rstrip("/") or "/" for path in REMOUNTED_RO)
+    done = run_on_node(
+        root,
+        state,
+        f"""
+        for t in {targets}; do
+          d=$(findmnt --noheadings --output MAJ:MIN --mountpoint "$t" | tail -n 1)
+          case "$d" in "") echo "refusing: $t is not a mount point" >&2; exit 99 ;; esac
+          case " {" ".join(sorted(forbidden))} " in
+            *" $d "*) echo "refusing: $t is on $d, a file system of this machine" >&2; exit 99 ;;
+          esac
+        done
+        for t in {targets}; do mount -o remount,ro "$t"; done
+        for t in {targets}; do
+          if touch "$t/.nwb-probe" 2>/dev/null; then echo "$t is still writable" >&2; exit 1; fi
+        done
+        """,
+        view,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    # This machine: its root and the file system holding the sandbox state still take writes,
+    # and none of its mounts changed an option.
+    write_and_remove(Path("/"))
+    write_and_remove(state)
+    assert machine_mount_flags(extra=(holding,)) == flags_before
+    # The node: its own file systems went read-only (for every view, until its next boot).
+    assert all(os.statvfs(path).f_flag & os.ST_RDONLY for path in per_node)
+    assert isolation.prepare_node(root, state, "boot-2") is True
+    for path in per_node[1:]:
+        write_and_remove(path)
+
+
+@pytest.mark.parametrize("view", list(isolation.View))
+def test_a_remount_read_only_without_bind_changes_only_the_node_own_file_systems(
+    view: isolation.View, node_root: tuple[Path, Path]
+) -> None:
+    root, state = node_root
+    remount_read_only_and_check(root, state, view)
+
+
+def test_a_copied_root_is_a_file_system_of_its_own_too(base_rootfs: Path, tmp_path: Path) -> None:
+    node = rootfs.mount_node_root(base_rootfs, tmp_path / "node", copy=True)
+    state = tmp_path / "node/isolation"
+    try:
+        assert node.mode is rootfs.RootMode.COPY
+        isolation.prepare_node(node.path, state, "boot-1")
+        remount_read_only_and_check(node.path, state, isolation.View.NODE)
+    finally:
+        isolation.release_node(node.path, state)
+        rootfs.unmount_node_root(node, remove=True)

@@ -25,7 +25,7 @@ from conftest import wait_for
 
 from lifecycle.results import StageStatus
 from nodewright_bridge.cli import main
-from nodewright_bridge.sandbox import isolation, roletesting, rootfs
+from nodewright_bridge.sandbox import roletesting
 from playbook_adapter.manifest import AgentStage, EntryKind, load_manifest
 
 pytestmark = [
@@ -40,20 +40,13 @@ NOTICE = "Authorized use only. Activity may be monitored."
 RUN_DEADLINE = 90.0
 
 
-@pytest.fixture(scope="module")
-def base() -> Path:
-    return rootfs.ensure_base_rootfs()
-
-
 @pytest.fixture
-def node(base: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    root = rootfs.mount_node_root(base, tmp_path / "node")
-    state = tmp_path / "node" / "isolation"
-    isolation.prepare_node(root.path, state, "boot-1")
-    yield root.path, state
-    rootfs.unmount_node_root(root, remove=True)
-    # `nwb package test --root` keeps the root's isolation state in the user's cache: drop it.
-    shutil.rmtree(roletesting.state_dir_for(root.path), ignore_errors=True)
+def node(node_root: tuple[Path, Path]) -> Iterator[tuple[Path, Path]]:
+    """``node_root``; afterwards the isolation state ``nwb package test --root`` keeps for the
+    root in the user's cache is dropped (its file systems unmounted first)."""
+    yield node_root
+    roletesting.release_root(node_root[0])
+    shutil.rmtree(roletesting.state_dir_for(node_root[0]), ignore_errors=True)
 
 
 @pytest.fixture

@@ -27,7 +27,6 @@ import pytest
 from click.testing import CliRunner
 
 from nodewright_bridge.cli import main
-from nodewright_bridge.sandbox import rootfs
 from playbook_adapter import imaging, introspection
 
 pytestmark = [
@@ -90,11 +89,6 @@ def engine() -> imaging.Engine:
 
 
 @pytest.fixture(scope="module")
-def base_rootfs() -> Path:
-    return rootfs.ensure_base_rootfs()
-
-
-@pytest.fixture(scope="module")
 def base_image(engine: imaging.Engine, base_rootfs: Path) -> str:
     image = f"localhost/nwb-base:{base_rootfs.name}"
     imaging.ensure_rootfs_image(engine, base_rootfs, image)
@@ -154,46 +148,47 @@ def test_the_oci_archive_is_an_oci_layout(built: Built) -> None:
 
 
 def test_the_pushed_image_pulls_back_and_its_agent_applies_the_role_to_a_node_root(
-    built: Built, engine: imaging.Engine, base_rootfs: Path, tmp_path: Path
+    built: Built,
+    engine: imaging.Engine,
+    base_rootfs: Path,
+    node_root: tuple[Path, Path],
+    tmp_path: Path,
 ) -> None:
     assert "pushed" in built.stderr
     engine.run(["rmi", "--force", built.image])
     assert not engine.image_exists(built.image)
     imaging.pull_image(engine, built.image, tls_verify=False)
 
-    node = rootfs.mount_node_root(base_rootfs, tmp_path / "node")
-    try:
-        (tmp_path / "vars").mkdir()
-        (tmp_path / "out").mkdir()
-        settings = {"sysctl_tuning_reload": False, "sysctl_tuning_settings": {"vm.swappiness": 7}}
-        (tmp_path / "vars" / "vars.json").write_text(json.dumps(settings), encoding="utf-8")
-        env = {
-            "NW_HOST_ROOT": "/host",
-            "NW_HOST_CONNECTION": "chroot",
-            "NW_CR": "it",
-            "NW_PACKAGE": "sysctl-tuning",
-            "NW_VERSION": "1.3.0",
-            "NW_NODE": "node-a",
-            "NW_RESOURCE_ID": "it-1",
-            "NW_TERMINATION_LOG": "/nwb-out/termination-log",
-        }
-        args = ["run", "--rm", "--network", "none"]
-        args += ["-v", f"{node.path}:/host", "-v", f"{tmp_path / 'out'}:/nwb-out"]
-        args += ["-v", f"{tmp_path / 'vars'}:/etc/nodewright/vars:ro"]
-        for key, value in env.items():
-            args += ["-e", f"{key}={value}"]
-        done = engine.run([*args, built.image, "run", "--stages", "apply,apply-check"], check=False)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "Set kernel parameters" in done.stdout
-        dropin = node.path / "etc" / "sysctl.d" / "90-node-tuning.conf"
-        assert dropin.read_text(encoding="utf-8").strip() == "vm.swappiness=7"
-        assert not (base_rootfs / "etc" / "sysctl.d" / "90-node-tuning.conf").exists()
-        result = json.loads((tmp_path / "out" / "termination-log").read_text(encoding="utf-8"))
-        assert [s["name"] for s in result["stages"]] == ["apply", "apply-check"]
-        assert all(s["status"] == "ok" for s in result["stages"])
-        assert result["stages"][0]["changed"] >= 1
-    finally:
-        rootfs.unmount_node_root(node, remove=True)
+    root, _ = node_root
+    (tmp_path / "vars").mkdir()
+    (tmp_path / "out").mkdir()
+    settings = {"sysctl_tuning_reload": False, "sysctl_tuning_settings": {"vm.swappiness": 7}}
+    (tmp_path / "vars" / "vars.json").write_text(json.dumps(settings), encoding="utf-8")
+    env = {
+        "NW_HOST_ROOT": "/host",
+        "NW_HOST_CONNECTION": "chroot",
+        "NW_CR": "it",
+        "NW_PACKAGE": "sysctl-tuning",
+        "NW_VERSION": "1.3.0",
+        "NW_NODE": "node-a",
+        "NW_RESOURCE_ID": "it-1",
+        "NW_TERMINATION_LOG": "/nwb-out/termination-log",
+    }
+    args = ["run", "--rm", "--network", "none"]
+    args += ["-v", f"{root}:/host", "-v", f"{tmp_path / 'out'}:/nwb-out"]
+    args += ["-v", f"{tmp_path / 'vars'}:/etc/nodewright/vars:ro"]
+    for key, value in env.items():
+        args += ["-e", f"{key}={value}"]
+    done = engine.run([*args, built.image, "run", "--stages", "apply,apply-check"], check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Set kernel parameters" in done.stdout
+    dropin = root / "etc" / "sysctl.d" / "90-node-tuning.conf"
+    assert dropin.read_text(encoding="utf-8").strip() == "vm.swappiness=7"
+    assert not (base_rootfs / "etc" / "sysctl.d" / "90-node-tuning.conf").exists()
+    result = json.loads((tmp_path / "out" / "termination-log").read_text(encoding="utf-8"))
+    assert [s["name"] for s in result["stages"]] == ["apply", "apply-check"]
+    assert all(s["status"] == "ok" for s in result["stages"])
+    assert result["stages"][0]["changed"] >= 1
 
 
 def test_a_role_without_a_manifest_is_bad_input(tmp_path: Path) -> None:

@@ -36,6 +36,22 @@ def mount_options(mountinfo: str) -> dict[str, set[str]]:
     return options
 
 
+def machine_mount_flags(extra: tuple[str, ...] = ()) -> dict[str, tuple[str, str]]:
+    """Mount point -> (per-mount options, file-system options) of the machine's system mounts and
+    of the mount points in ``extra``; the top mount where several are stacked. Why options only:
+    other tests may add or drop mounts under /run or /dev meanwhile, but an option change (``ro``)
+    on one of the machine's mounts must never happen."""
+    with open("/proc/self/mountinfo") as handle:
+        lines = handle.read().splitlines()
+    flags: dict[str, tuple[str, str]] = {}
+    for line in lines:
+        fields = line.split()
+        point = fields[4]
+        if point in SYSTEM_MOUNTS or point.startswith(_SYSTEM_TREES) or point in extra:
+            flags[point] = (fields[5], fields[fields.index("-", 6) + 3])
+    return flags
+
+
 def host_sysctl(rel: str) -> str:
     """This machine's value of ``/proc/sys/<rel>`` (``rel`` like ``vm/swappiness``)."""
     return (Path("/proc/sys") / rel).read_text().strip()

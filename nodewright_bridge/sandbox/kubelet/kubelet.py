@@ -555,7 +555,7 @@ class Kubelet:
         for node in nodes:
             flag = node.reboot_request_file
             if flag is not None and flag.exists():
-                with contextlib.suppress(FileNotFoundError):
+                with contextlib.suppress(OSError):  # gone, or a role made the node's /run ro
                     flag.unlink()
                 self._on_reboot_request(node)
 

@@ -3,8 +3,8 @@
 Why a separate piece: both the ``exec`` and the ``podman`` runner give every simulated node the
 same things - a copy-on-write root over the cached base rootfs (what hostPath ``/`` means there),
 an isolation state directory (``/proc/sys`` stand-in, ``/sys``), and a boot that matches the node's
-``boot_id`` (a simulated reboot empties ``/run`` and ``/tmp`` and resets kernel settings before the
-next pod).
+``boot_id`` (a simulated reboot gives the node fresh per-boot file systems: ``/run`` and ``/tmp``
+empty, kernel settings reset, before the next pod). Releasing a node unmounts all of it.
 """
 
 from __future__ import annotations
@@ -134,7 +134,9 @@ class NodeRoots:
         return root, state
 
     def release(self, node: SimNode) -> None:
+        """Unmount the node's per-boot file systems and its root (the node is powered off)."""
         with self._lock:
             known = self._roots.pop(node.name, None)
         if known is not None:
+            isolation.release_node(known.path, self.isolation_state(node))
             rootfs.unmount_node_root(known)

@@ -10,8 +10,12 @@ read-only at ``/.nwb/enter.sh``) that, in the container's own mount namespace, g
 node root a fresh procfs with the node's ``/proc/sys`` stand-in bound over ``sys`` (the
 container's own ``/proc/sys`` too), the node's ``/sys``, a private ``/dev``, and the node's ``/run``
 and ``/tmp`` bound onto themselves (mount points, as in ``isolation``); then it executes the pod's
-command. Settings this machine needs (runc, cgroupfs, no default ulimits) are passed
-on the command line and in ``scripts/install-system-deps.sh``.
+command. The stand-ins, ``/run`` and ``/tmp`` are the node's per-boot tmpfs (podman's volumes are
+recursive binds, so the node root brings its ``/run`` and ``/tmp``), and the ``/proc`` masks bind
+the container's own ``/dev/null`` (a node on its private ``/dev``): a remount without ``bind``
+inside reconfigures only a file system of the node's or the container's own. Settings this
+machine needs (runc, cgroupfs, no default ulimits) are passed on the command line and in
+``scripts/install-system-deps.sh``.
 """
 
 from __future__ import annotations
