@@ -21,7 +21,7 @@ from enum import StrEnum
 from lifecycle.nodestate import PackageState, Stage
 from lifecycle.spec import Drain as DrainSpec
 from lifecycle.spec import InterruptType, LabelSelector
-from lifecycle.status import NodeWrightStatus, Status
+from lifecycle.status import Status
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,11 +193,32 @@ class EmitEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class WriteStatus:
-    """Replace ``NodeWright.status`` of ``cr`` (status subresource)."""
+class ReleaseNode:
+    """Let go of ``node`` for CR ``cr``: its state, status and batch keys go, its cordon hold is
+    released by the cordon rule (``nodestate.release``), and with ``remove_taint`` the
+    runtime-required taint goes too. Applied to the Node as it is when written (``releasing``
+    says what to change), so a concurrent change by someone else is kept."""
+
+    node: str
+    cr: str
+    remove_taint: bool
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetAnnotations:
+    """Set (or, with None, remove) annotations of ``node``; merged into the node's next write."""
+
+    node: str
+    annotations: Mapping[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveFinalizer:
+    """Drop ``finalizer`` from the NodeWright ``cr``: its cleanup is done."""
 
     cr: str
-    status: NodeWrightStatus
+    finalizer: str
 
 
 Action = (
@@ -214,5 +235,7 @@ Action = (
     | RemoveTaint
     | VerifyReboot
     | EmitEvent
-    | WriteStatus
+    | ReleaseNode
+    | SetAnnotations
+    | RemoveFinalizer
 )

@@ -125,13 +125,28 @@ def plan_drain(pods: Iterable[PodView], drain: Drain) -> DrainPlan:
     return DrainPlan(evict=tuple(evict), waiting_for=tuple(waiting), blockers=tuple(blockers))
 
 
-def blocking_pdbs(pods: Iterable[PodView], pdbs: Sequence[PdbView], drain: Drain) -> list[PdbView]:
-    """PDBs that currently allow no disruption and cover a pod the drain would evict.
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """A pod a drain evicts, with the keys of the PodDisruptionBudgets covering it (a refusal
+    names them without parsing the API server's message)."""
+
+    pod: PodView
+    budgets: tuple[str, ...] = ()
+
+
+def evictions(to_evict: Sequence[PodView], pdbs: Sequence[PdbView]) -> tuple[Eviction, ...]:
+    return tuple(
+        Eviction(pod, tuple(sorted(pdb.key for pdb in pdbs if pdb.covers(pod)))) for pod in to_evict
+    )
+
+
+def blocking_pdbs(to_evict: Sequence[PodView], pdbs: Sequence[PdbView]) -> list[PdbView]:
+    """PDBs that currently allow no disruption and cover a pod the drain would evict
+    (``to_evict``: ``plan_drain(...).evict``).
 
     Used for PDB-aware node picking: a node whose pods are protected by an exhausted budget is
     picked only when no other candidate exists, and ``PDBBlocked`` names these budgets.
     """
-    to_evict = plan_drain(pods, drain).evict
     found: dict[str, PdbView] = {}
     for pdb in pdbs:
         if pdb.disruptions_allowed > 0:

@@ -5,10 +5,15 @@ Keys (ARCHITECTURE.md §4):
 - label + annotation ``bridge.nodewright.io/status-<cr>``: node status for that CR
 - annotation ``bridge.nodewright.io/cordon``: ``{"holders": [...], "wasUnschedulable": bool}``
 - annotation ``bridge.nodewright.io/batch-<cr>``: batch membership and node order
+
+The cordon rule lives here too (``hold``/``release``): every CR that cordons a node is a holder;
+the node becomes schedulable again only when the last holder lets go and it was schedulable before
+the first one came, so a node a human cordoned stays cordoned.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from pydantic import Field
@@ -100,6 +105,35 @@ def package_key(name: str, version: str) -> str:
 class CordonRecord(WireModel):
     holders: list[str] = Field(default_factory=list, description="CRs holding the cordon.")
     was_unschedulable: bool = Field(default=False, description="Cordoned before we came.")
+
+
+# ---- the cordon rule: who holds a node, and when letting go makes it schedulable -------------
+
+
+def hold(record: CordonRecord | None, holder: str, *, unschedulable: bool) -> CordonRecord:
+    """``record`` with ``holder`` added. The first holder remembers whether the node was already
+    unschedulable (a human's cordon), which is what a last release restores."""
+    base = record or CordonRecord(holders=[], was_unschedulable=unschedulable)
+    return base.model_copy(update={"holders": sorted({*base.holders, holder})})
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """What releasing one hold leaves: the remaining record (None: no holder left) and whether
+    the node becomes schedulable (only when no holder is left and it was schedulable before)."""
+
+    record: CordonRecord | None
+    uncordon: bool
+
+
+def release(record: CordonRecord | None, holder: str) -> Release | None:
+    """Release ``holder``'s hold; None when it holds none (nothing to change)."""
+    if record is None or holder not in record.holders:
+        return None
+    holders = [h for h in record.holders if h != holder]
+    if holders:
+        return Release(record.model_copy(update={"holders": holders}), uncordon=False)
+    return Release(None, uncordon=not record.was_unschedulable)
 
 
 class BatchRecord(WireModel):

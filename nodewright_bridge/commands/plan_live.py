@@ -5,17 +5,16 @@ name exists, for its batch state), its DeploymentPolicy (unless ``-p`` is given)
 (labels, taints, creation time, this CR's status / state / batch annotations), the pods bound to
 nodes and every PodDisruptionBudget.
 
-Per node, the stage planner (``lifecycle.stages.plan_node``) decides from the node's recorded
-package states whether there is work left for this CR (install, upgrade, config change,
-uninstall), exactly as the controller would; nodes already converged are not candidates. The
-drain rules (``lifecycle.draining.blocking_pdbs``) name the PDBs that allow no disruption right
-now and cover a pod the drain would evict: those nodes are picked last by the planner, and the
-output lists which PDB would block which node.
+The cluster is decoded by the controller's own observe step (``controller.observing``) and every
+node probed by the same stage planner call (``controller.planning.probe_views``): recorded
+package states, this CR's pods in flight, drains, PDBs and sequencing against the other
+NodeWrights (priority) give the same views the controller's next pass would see, and nodes
+already converged are not candidates. The drain rules name the PDBs that allow no disruption
+right now and cover a pod the drain would evict: those nodes are picked last, and the output
+lists which PDB would block which node.
 
-Caveat: sequencing against other NodeWrights (priority) is not applied - every node is treated as
-ready for this CR.
-
-Requests: GET CR, GET policy, LIST nodes, LIST pods on nodes, LIST PDBs (paged by 500).
+Requests: GET CR, GET policy, LIST nodes, LIST NodeWrights, LIST pods on nodes and in the
+controller namespace, LIST PDBs (paged by 500).
 """
 
 from __future__ import annotations
@@ -29,14 +28,15 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from lifecycle import draining, selectors, simulation, stages, validation
+from lifecycle import simulation, validation
 from lifecycle.errors import SpecError
-from lifecycle.nodestate import CORDON_ANNOTATION, batch_annotation, state_annotation, status_key
+from lifecycle.nodestate import state_annotation
 from lifecycle.rollout import NodeView
 from lifecycle.spec import DeploymentPolicy, NodeWright
 from lifecycle.status import BatchState, NodeWrightStatus, Status
 from nodewright_bridge.commands import status as status_cmd
-from nodewright_bridge.controller import snapshot
+from nodewright_bridge.controller import observing, planning, podspec, snapshot
+from nodewright_bridge.controller.settled import SettledNodes
 from nodewright_bridge.errors import ApiError, NotFoundError
 from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.rest import Rest
@@ -84,18 +84,13 @@ def _load_cluster_cr(obj: Mapping[str, Any], name: str) -> NodeWright:
         raise LiveInputError([f"NodeWright {name}: {p}" for p in exc.problems]) from None
 
 
-def _batch_states(obj: Mapping[str, Any] | None) -> dict[str, BatchState]:
+def _status_of(obj: Mapping[str, Any] | None) -> NodeWrightStatus:
     if obj is None:
-        return {}
+        return NodeWrightStatus()
     try:
-        status = NodeWrightStatus.model_validate(obj.get("status") or {})
+        return NodeWrightStatus.model_validate(obj.get("status") or {})
     except ValidationError:
-        return {}
-    return {
-        name: comp.batch_state
-        for name, comp in status.compartments.items()
-        if comp.batch_state is not None
-    }
+        return NodeWrightStatus()
 
 
 def _get_optional(rest: Rest, resource: resources.Resource, name: str) -> JsonObject | None:
@@ -103,81 +98,6 @@ def _get_optional(rest: Rest, resource: resources.Resource, name: str) -> JsonOb
         return rest.get(resource, name)
     except NotFoundError:
         return None
-
-
-def node_view(
-    cr: NodeWright,
-    node: Mapping[str, Any],
-    pods: Sequence[draining.PodView],
-    pdbs: Sequence[draining.PdbView],
-    now: datetime,
-) -> tuple[NodeView, LiveNode]:
-    """The planner's view of one targeted node and what ``--live`` reports about it."""
-    meta = snapshot.meta_of(node)
-    name = str(meta.get("name", ""))
-    labels = dict(snapshot.labels_of(node))
-    annotations = snapshot.annotations_of(node)
-    cr_name = cr.metadata.name
-    recorded = snapshot.parse_status(annotations.get(status_key(cr_name)))
-    blocking = tuple(p.key for p in draining.blocking_pdbs(pods, pdbs, cr.spec.drain))
-    try:
-        state = snapshot.parse_state(annotations.get(state_annotation(cr_name)))
-    except ValueError as exc:
-        # The controller leaves such a node untouched until the annotation is fixed.
-        detail = LiveNode(
-            name=name,
-            status=str(recorded or Status.UNKNOWN),
-            pending=False,
-            reason="state annotation does not parse",
-            blocking_pdbs=blocking,
-            note=f"{state_annotation(cr_name)}: {exc}",
-        )
-        view = NodeView(
-            name=name,
-            labels=labels,
-            taints=snapshot.node_taints(node),
-            created=snapshot.parse_time(meta.get("creationTimestamp")),
-            status=recorded or Status.UNKNOWN,
-            has_pending_work=False,
-        )
-        return view, detail
-    facts = stages.NodeFacts(
-        name=name,
-        boot_id=snapshot.boot_id(node),
-        ready=snapshot.node_ready(node),
-        unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
-        cordon=snapshot.parse_cordon(annotations.get(CORDON_ANNOTATION)),
-    )
-    planned = stages.plan_node(
-        stages.NodeInput(
-            cr=cr,
-            node=facts,
-            state=state,
-            now=now,
-            allowed_to_start=False,
-            previous_status=recorded,
-        )
-    )
-    pending = planned.status is not Status.COMPLETE
-    status = recorded or (Status.COMPLETE if not pending else Status.WAITING)
-    view = NodeView(
-        name=name,
-        labels=labels,
-        taints=snapshot.node_taints(node),
-        created=snapshot.parse_time(meta.get("creationTimestamp")),
-        status=status,
-        has_pending_work=pending,
-        record=snapshot.parse_record(annotations.get(batch_annotation(cr_name))),
-        pdb_exhausted=bool(blocking),
-    )
-    detail = LiveNode(
-        name=name,
-        status=str(status),
-        pending=pending,
-        reason=planned.reason,
-        blocking_pdbs=blocking,
-    )
-    return view, detail
 
 
 def read_inputs(
@@ -188,7 +108,8 @@ def read_inputs(
     file_policy: DeploymentPolicy | None,
     now: datetime,
 ) -> LiveInputs:
-    """Everything ``plan --live`` needs, read once from the cluster."""
+    """Everything ``plan --live`` needs, read once from the cluster and decoded as the
+    controller decodes it (``observing.observe``, the probe of ``planning.probe_views``)."""
     cr_name = file_cr.metadata.name if file_cr is not None else str(name)
     cluster_obj = _get_optional(rest, resources.NODEWRIGHTS, cr_name)
     if file_cr is not None:
@@ -197,57 +118,84 @@ def read_inputs(
         raise LiveInputError([f"--name: NodeWright {cr_name!r} not found in the cluster"])
     else:
         cr, source = _load_cluster_cr(cluster_obj, cr_name), "cluster"
-
-    policy = file_policy
-    wanted = cr.spec.deployment_policy
-    if policy is None and wanted:
-        raw = _get_optional(rest, resources.DEPLOYMENT_POLICIES, wanted)
-        if raw is None:
-            raise LiveInputError(
-                [
-                    f"spec.deploymentPolicy: DeploymentPolicy {wanted!r} not found in the "
-                    "cluster; create it or pass it with -p"
-                ]
-            )
-        try:
-            policy = validation.load_policy(raw)
-        except SpecError as exc:
-            raise LiveInputError(
-                [f"DeploymentPolicy {wanted}: {p}" for p in exc.problems]
-            ) from None
+    policy = file_policy or _cluster_policy(rest, cr)
 
     nodes = status_cmd.list_all(rest, resources.NODES)
-    targeted = [
-        n for n in nodes if selectors.matches(cr.spec.node_selectors, snapshot.labels_of(n))
-    ]
-    pods_by_node: dict[str, list[draining.PodView]] = {}
-    if targeted:
-        for pod in status_cmd.list_all(rest, resources.PODS, field_selector=POD_FIELD_SELECTOR):
-            node_name = str((pod.get("spec") or {}).get("nodeName") or "")
-            pods_by_node.setdefault(node_name, []).append(snapshot.pod_view(pod))
-    pdb_objects = status_cmd.list_all(rest, resources.PDBS) if targeted else []
-    pdbs = snapshot.PdbIndex.of(pdb_objects)
-    budgets = {
-        view.key: view.disruptions_allowed for views in pdbs.by_namespace.values() for view in views
-    }
-    inputs = LiveInputs(
-        cr=cr,
-        policy=policy,
-        nodes=[],
-        pdb_budgets=budgets,
-        batch_states=_batch_states(cluster_obj),
-        cr_source=source,
-    )
-    for node in targeted:
-        pods = pods_by_node.get(str(snapshot.meta_of(node).get("name", "")), [])
-        view, detail = node_view(cr, node, pods, pdbs.relevant(pods), now)
-        inputs.nodes.append(view)
-        inputs.details[view.name] = detail
-    if not inputs.nodes:
+    targeted = observing.targeted(cr, nodes)
+    if not targeted:
         raise LiveInputError(
             [f"spec.nodeSelectors: no node in the cluster is targeted by NodeWright {cr_name!r}"]
         )
+    others = [o for o in status_cmd.list_all(rest, resources.NODEWRIGHTS) if _name(o) != cr_name]
+    stores = snapshot.stores_from(
+        nodes=nodes,
+        pods=[
+            *status_cmd.list_all(rest, resources.PODS, field_selector=POD_FIELD_SELECTOR),
+            *status_cmd.list_all(rest, resources.PODS, namespace=podspec.NAMESPACE),
+        ],
+        pdbs=status_cmd.list_all(rest, resources.PDBS),
+        nodewrights=others,
+    )
+    crs = [c for o in others if isinstance(c := snapshot.parse_nodewright(o), NodeWright)]
+    old = _status_of(cluster_obj)
+    settled = SettledNodes()
+    cached = observing.Caches(stores, settled, stale=lambda node: False)
+    seen = observing.observe(cr, old, now, crs=[*crs, cr], policy=policy, cached=cached)
+    probes, views = planning.probe_views(seen, planning.NodePlanner(stores, settled), {})
+    inputs = LiveInputs(
+        cr=cr,
+        policy=policy,
+        nodes=views,
+        pdb_budgets={
+            pdb.key: pdb.disruptions_allowed
+            for found in snapshot.PdbIndex.of(stores.pdbs.values()).by_namespace.values()
+            for pdb in found
+        },
+        batch_states={c: s.batch_state for c, s in old.compartments.items() if s.batch_state},
+        cr_source=source,
+    )
+    for node, snap in seen.snaps.items():
+        probe = probes[node][1]
+        inputs.details[node] = LiveNode(
+            name=node,
+            status=str(probe.status),
+            pending=probe.status is not Status.COMPLETE,
+            reason=probe.reason,
+            blocking_pdbs=snap.blocking_pdbs,
+        )
+    for node, snap in seen.malformed.items():
+        # The controller leaves such a node untouched until the annotation is fixed.
+        inputs.details[node] = LiveNode(
+            name=node,
+            status=str(snap.status or Status.UNKNOWN),
+            pending=False,
+            reason="state annotation does not parse",
+            blocking_pdbs=snap.blocking_pdbs,
+            note=f"{state_annotation(cr_name)}: {snap.state_error}",
+        )
     return inputs
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(snapshot.meta_of(obj).get("name", ""))
+
+
+def _cluster_policy(rest: Rest, cr: NodeWright) -> DeploymentPolicy | None:
+    wanted = cr.spec.deployment_policy
+    if not wanted:
+        return None
+    raw = _get_optional(rest, resources.DEPLOYMENT_POLICIES, wanted)
+    if raw is None:
+        raise LiveInputError(
+            [
+                f"spec.deploymentPolicy: DeploymentPolicy {wanted!r} not found in the "
+                "cluster; create it or pass it with -p"
+            ]
+        )
+    try:
+        return validation.load_policy(raw)
+    except SpecError as exc:
+        raise LiveInputError([f"DeploymentPolicy {wanted}: {p}" for p in exc.problems]) from None
 
 
 def plan(

@@ -34,7 +34,7 @@ from rich.live import Live
 from rich.table import Table
 
 from lifecycle.nodestate import batch_annotation, state_annotation, status_key
-from nodewright_bridge import rolloutview
+from nodewright_bridge.commands import rolloutview
 from nodewright_bridge.errors import ApiError, ConfigurationError, NotFoundError
 from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.client import ClientSettings, build_api_client

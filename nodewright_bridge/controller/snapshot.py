@@ -28,8 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lifecycle import draining, results, selectors
-from lifecycle.actions import DeletePod
+from lifecycle import draining, releasing, results, selectors
 from lifecycle.errors import SpecError
 from lifecycle.nodestate import (
     CORDON_ANNOTATION,
@@ -41,9 +40,10 @@ from lifecycle.nodestate import (
     status_key,
 )
 from lifecycle.spec import DeploymentPolicy, LabelSelector, NodeWright
-from lifecycle.stages import INTERRUPT_STAGES, NodeFacts, NodePlan, PodObservation, PodPhase
+from lifecycle.stages import INTERRUPT_STAGES, NodeFacts, PodObservation, PodPhase
 from lifecycle.status import Status
 from lifecycle.validation import load_nodewright, load_policy
+from nodewright_bridge.k8s import caches, slimming, store
 
 logger = logging.getLogger(__name__)
 
@@ -320,6 +320,7 @@ class NodeSnapshot:
     record: BatchRecord | None
     pods: tuple[PodObservation, ...]
     drain: draining.DrainPlan
+    evictions: tuple[draining.Eviction, ...] = ()  # drain.evict with their covering PDBs
     blocking_pdbs: tuple[str, ...] = ()
     # (name, resourceVersion) of every package pod (any CR's) on the node, as read here
     package_pod_versions: tuple[tuple[str, str], ...] = ()
@@ -336,6 +337,49 @@ class Stores:
     nodewrights: Any
     policies: Any
     secrets: Any  # the controller namespace's Secrets, slimmed to ``digests`` per key
+
+
+def stores_from(
+    *,
+    nodes: Iterable[Mapping[str, Any]] = (),
+    pods: Iterable[Mapping[str, Any]] = (),
+    pdbs: Iterable[Mapping[str, Any]] = (),
+    nodewrights: Iterable[Mapping[str, Any]] = (),
+    policies: Iterable[Mapping[str, Any]] = (),
+    secrets: Iterable[Mapping[str, Any]] = (),
+) -> Stores:
+    """Stores filled from listed objects, slimmed and indexed as the controller's informers do
+    (our own pods, by the managed-by label, go to ``package_pods``): ``nwb plan --live`` and tests
+    decode a cluster exactly as the controller does."""
+    out = Stores(
+        nodes=store.Store(),
+        pods=store.Store(
+            {caches.BY_NODE: store.by_node_name, caches.BY_NAMESPACE: store.by_namespace}
+        ),
+        package_pods=store.Store(
+            {caches.BY_NODE: store.by_node_name, caches.BY_CR: store.by_label(caches.CR_LABEL)}
+        ),
+        pdbs=store.Store({caches.BY_NAMESPACE: store.by_namespace}),
+        nodewrights=store.Store(),
+        policies=store.Store(),
+        secrets=store.Store(),
+    )
+    for obj in nodes:
+        out.nodes.put(store.object_key(obj), slimming.slim_node(dict(obj)))
+    for obj in pods:
+        ours = labels_of(obj).get(caches.MANAGED_BY_LABEL) == caches.MANAGED_BY_VALUE
+        target = out.package_pods if ours else out.pods
+        target.put(store.object_key(obj), slimming.slim_pod(dict(obj)))
+    for target, objs in (
+        (out.pdbs, pdbs),
+        (out.nodewrights, nodewrights),
+        (out.policies, policies),
+    ):
+        for obj in objs:
+            target.put(store.object_key(obj), dict(obj))
+    for obj in secrets:
+        out.secrets.put(store.object_key(obj), slimming.slim_secret(dict(obj)))
+    return out
 
 
 @dataclass(slots=True)
@@ -356,6 +400,42 @@ class PdbIndex:
     def relevant(self, pods: Sequence[draining.PodView]) -> list[draining.PdbView]:
         namespaces = {p.namespace for p in pods}
         return [pdb for ns in sorted(namespaces) for pdb in self.by_namespace.get(ns, ())]
+
+
+def held_node(
+    cr_name: str, node: Mapping[str, Any], package_pods: Iterable[Mapping[str, Any]] = ()
+) -> releasing.HeldNode:
+    """``node`` as the release rules see it for ``cr_name``, with that CR's pods among
+    ``package_pods`` (the pods on the node)."""
+    meta = meta_of(node)
+    annotations = meta.get("annotations") or {}
+    pods: list[releasing.PodSeen] = []
+    for raw in package_pods:
+        if labels_of(raw).get(LABEL_CR) != cr_name:
+            continue
+        seen = observe_pod(raw)
+        if seen is None:
+            continue
+        pods.append(
+            releasing.PodSeen(
+                name=seen.name,
+                package=seen.package,
+                interrupt=seen.interrupt,
+                live=seen.live,
+                deleting=seen.deleting,
+                created=parse_time(meta_of(raw).get("creationTimestamp")),
+            )
+        )
+    return releasing.HeldNode(
+        name=str(meta.get("name", "")),
+        labels=meta.get("labels") or {},
+        annotations=annotations,
+        cordon=parse_cordon(annotations.get(CORDON_ANNOTATION)),
+        taint_keys=frozenset(
+            str(t.get("key", "")) for t in (node.get("spec") or {}).get("taints") or ()
+        ),
+        pods=tuple(pods),
+    )
 
 
 def secret_data(cr: NodeWright, secrets: Any, namespace: str) -> dict[str, str]:
@@ -411,7 +491,8 @@ def snapshot_node(
 
     workload = [pod_view(p) for p in stores.pods.by_index(node_index, name)]
     plan = draining.plan_drain(workload, cr.spec.drain)
-    blocking = draining.blocking_pdbs(workload, pdbs.relevant(workload), cr.spec.drain)
+    relevant = pdbs.relevant(workload)
+    blocking = draining.blocking_pdbs(plan.evict, relevant)
     non_interrupt = 0
     selector = cr.spec.pod_non_interrupt_labels
     if selector is not None:
@@ -455,8 +536,9 @@ def snapshot_node(
         record=parse_record(annotations.get(batch_annotation(cr_name))),
         pods=tuple(sorted(ours, key=lambda p: p.name)),
         drain=plan,
+        evictions=draining.evictions(plan.evict, relevant),
         blocking_pdbs=tuple(p.key for p in blocking),
-        package_pod_versions=_versions(package_pods),
+        package_pod_versions=pod_versions(package_pods),
     )
 
 
@@ -468,115 +550,7 @@ def complete_on(cr_name: str, nodes: Iterable[Mapping[str, Any]]) -> frozenset[s
     )
 
 
-# ---- settled nodes -------------------------------------------------------------------------
-
-# What a node's plan depends on besides its snapshot: (allowed to start, paused, node order, why
-# the rollout cannot pick it). The probe is planned with (False, <CR paused>, <recorded order>, "").
-PlanKey = tuple[bool, bool, int, str]
-
-
-@dataclass(slots=True)
-class _Settled:
-    cr: NodeWright
-    paused: bool
-    disabled: bool
-    snap: NodeSnapshot
-    plans: dict[PlanKey, NodePlan]
-
-
-class SettledNodes:
-    """Snapshots and plans of *settled* nodes, kept between reconciles (issue 5: CPU).
-
-    A node is settled when its plan has nothing to do (no failure, no action but deleting pods
-    whose result is recorded: asking again is harmless, a delete in flight is not sent twice and
-    a gone pod answers 404). Most nodes of a large rollout are settled at any moment: waiting for
-    their batch, complete, or running a package pod that has not ended. A plan is a pure
-    function of the parsed CR, the Node, the pods on it, a few flags and the time, and time
-    enters only through deadlines, which the planner reports as ``requeue_at``. So a settled
-    node's snapshot and plans are reused until its Node's resourceVersion, the resourceVersions
-    of the package pods on it, the CR object or the paused/disabled flags change, or a plan's
-    ``requeue_at`` passes. A node with workload pods (drain, PodDisruptionBudgets) or a state that
-    does not parse is planned afresh every time.
-    """
-
-    def __init__(self) -> None:
-        self._entries: dict[tuple[str, str], _Settled] = {}
-
-    def get(
-        self,
-        cr: NodeWright,
-        node: Mapping[str, Any],
-        stores: Stores,
-        *,
-        paused: bool,
-        disabled: bool,
-        node_index: str = "node",
-    ) -> NodeSnapshot | None:
-        """The kept snapshot of ``node``, or None (and the entry is dropped) if anything moved."""
-        meta = meta_of(node)
-        key = (cr.metadata.name, str(meta.get("name", "")))
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        if (
-            entry.cr is not cr
-            or entry.snap.resource_version != str(meta.get("resourceVersion", ""))
-            or (entry.paused, entry.disabled) != (paused, disabled)
-            or entry.snap.package_pod_versions
-            != _versions(stores.package_pods.by_index(node_index, key[1]))
-            or stores.pods.by_index(node_index, key[1])
-        ):
-            del self._entries[key]
-            return None
-        return entry.snap
-
-    def plan(self, cr: NodeWright, node: str, key: PlanKey, now: datetime) -> NodePlan | None:
-        """The kept plan of ``node`` for ``key`` (after :meth:`get` returned its snapshot)."""
-        entry = self._entries.get((cr.metadata.name, node))
-        found = entry.plans.get(key) if entry is not None else None
-        if found is None or entry is None:
-            return None
-        if found.requeue_at is not None and now >= found.requeue_at:
-            del entry.plans[key]
-            return None
-        return found
-
-    def offer(
-        self,
-        cr: NodeWright,
-        snap: NodeSnapshot,
-        key: PlanKey,
-        plan: NodePlan,
-        stores: Stores,
-        *,
-        paused: bool,
-        disabled: bool,
-        node_index: str = "node",
-    ) -> None:
-        """Keep ``snap`` and ``plan`` (planned for ``key``) if the node is settled."""
-        entry_key = (cr.metadata.name, snap.name)
-        if (
-            any(not isinstance(a, DeletePod) for a in plan.actions)
-            or plan.failures
-            or snap.state_error is not None
-        ):
-            self._entries.pop(entry_key, None)
-            return
-        entry = self._entries.get(entry_key)
-        if entry is None or entry.snap is not snap:
-            if stores.pods.by_index(node_index, snap.name):
-                self._entries.pop(entry_key, None)
-                return  # workload pods: drain and PDB checks read more than the Node
-            entry = _Settled(cr, paused, disabled, snap, {})
-            self._entries[entry_key] = entry
-        entry.plans[key] = plan
-
-    def forget(self, cr_name: str) -> None:
-        for key in [k for k in self._entries if k[0] == cr_name]:
-            del self._entries[key]
-
-
-def _versions(pods: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+def pod_versions(pods: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
     """(name, resourceVersion) of ``pods``, sorted: what a kept snapshot read of them."""
     if not pods:
         return ()

@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 
 from lifecycle.results import AgentResult, StageStatus, parse_termination_message
 from lifecycle.spec import NodeWright
-from nodewright_bridge import podspec
+from nodewright_bridge.controller import podspec
 from nodewright_bridge.sandbox import Sandbox, binaries, isolation, rootfs
 from nodewright_bridge.sandbox.kubelet.api import RawApi
 from nodewright_bridge.sandbox.kubelet.kubelet import Kubelet

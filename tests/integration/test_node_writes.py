@@ -18,7 +18,8 @@ from lifecycle.nodestate import status_key
 from lifecycle.spec import NodeWright
 from lifecycle.status import Status
 from nodewright_bridge.controller import snapshot
-from nodewright_bridge.controller.executor import Executor, NodeWork, Outcome
+from nodewright_bridge.controller.executor import Executor
+from nodewright_bridge.controller.node_writes import NodeWork, Outcome
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.client import ClientSettings, build_api_client
@@ -87,6 +88,7 @@ def test_a_start_goes_out_while_the_pass_plans_and_bookkeeping_waits_for_its_end
         namespace=namespace,
         metrics=ProductMetrics(Metrics().registry),
         on_node_written=lambda node, rv: None,
+        clock=SystemClock(),
     )
     name = cr.metadata.name
     start = _work(

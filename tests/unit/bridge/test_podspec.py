@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from lifecycle.spec import NodeWright
-from nodewright_bridge import podspec
+from nodewright_bridge.controller import podspec
 
 
 def make_cr(**package: object) -> NodeWright:

@@ -14,10 +14,11 @@ from lifecycle.spec import NodeWright
 from lifecycle.stages import NodePlan
 from lifecycle.status import Status
 from nodewright_bridge.controller import snapshot
+from nodewright_bridge.controller.settled import PlanKey, SettledNodes
 from nodewright_bridge.k8s.foreground import Foreground
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-KEY: snapshot.PlanKey = (False, False, 0, "")
+KEY: PlanKey = (False, False, 0, "")
 
 
 def make_cr(**annotations: str) -> NodeWright:
@@ -50,7 +51,7 @@ def plan(
 
 
 def settle(
-    memo: snapshot.SettledNodes, cr: NodeWright, stores: snapshot.Stores, obj: dict[str, Any]
+    memo: SettledNodes, cr: NodeWright, stores: snapshot.Stores, obj: dict[str, Any]
 ) -> tuple[snapshot.NodeSnapshot, NodePlan]:
     snap = snapshot.snapshot_node(cr, obj, stores, snapshot.PdbIndex())
     made = plan()
@@ -59,7 +60,7 @@ def settle(
 
 
 def kept(
-    memo: snapshot.SettledNodes,
+    memo: SettledNodes,
     cr: NodeWright,
     stores: snapshot.Stores,
     obj: dict[str, Any],
@@ -72,7 +73,7 @@ def kept(
 
 
 def test_a_node_whose_inputs_did_not_move_keeps_its_snapshot_and_plan() -> None:
-    memo, cr, stores = snapshot.SettledNodes(), make_cr(), empty_stores()
+    memo, cr, stores = SettledNodes(), make_cr(), empty_stores()
     stores.package_pods.put("ns/p1", pod("p1", "5"))
     snap, made = settle(memo, cr, stores, node())
     assert memo.get(cr, node(), stores, paused=False, disabled=False) is snap
@@ -81,7 +82,7 @@ def test_a_node_whose_inputs_did_not_move_keeps_its_snapshot_and_plan() -> None:
 
 
 def test_a_new_node_version_a_moved_pod_or_a_new_cr_object_drops_the_kept_plan() -> None:
-    memo, cr, stores = snapshot.SettledNodes(), make_cr(), empty_stores()
+    memo, cr, stores = SettledNodes(), make_cr(), empty_stores()
     stores.package_pods.put("ns/p1", pod("p1", "5"))
     settle(memo, cr, stores, node())
     assert kept(memo, cr, stores, node("11")) is None
@@ -95,7 +96,7 @@ def test_a_new_node_version_a_moved_pod_or_a_new_cr_object_drops_the_kept_plan()
 
 
 def test_a_pod_that_moved_between_snapshot_and_offer_is_not_hidden_by_the_kept_snapshot() -> None:
-    memo, cr, stores = snapshot.SettledNodes(), make_cr(), empty_stores()
+    memo, cr, stores = SettledNodes(), make_cr(), empty_stores()
     stores.package_pods.put("ns/p1", pod("p1", "5"))
     snap = snapshot.snapshot_node(cr, node(), stores, snapshot.PdbIndex())
     stores.package_pods.put("ns/p1", pod("p1", "6", phase="Succeeded"))  # the watch, meanwhile
@@ -104,7 +105,7 @@ def test_a_pod_that_moved_between_snapshot_and_offer_is_not_hidden_by_the_kept_s
 
 
 def test_pause_disable_or_a_workload_pod_arriving_drops_the_kept_plan() -> None:
-    memo, cr, stores = snapshot.SettledNodes(), make_cr(), empty_stores()
+    memo, cr, stores = SettledNodes(), make_cr(), empty_stores()
     settle(memo, cr, stores, node())
     assert kept(memo, cr, stores, node(), paused=True) is None
     settle(memo, cr, stores, node())
@@ -115,7 +116,7 @@ def test_pause_disable_or_a_workload_pod_arriving_drops_the_kept_plan() -> None:
 
 
 def test_a_plan_is_not_kept_past_its_deadline() -> None:
-    memo, cr, stores = snapshot.SettledNodes(), make_cr(), empty_stores()
+    memo, cr, stores = SettledNodes(), make_cr(), empty_stores()
     snap = snapshot.snapshot_node(cr, node(), stores, snapshot.PdbIndex())
     deadline = NOW + timedelta(minutes=5)
     memo.offer(cr, snap, KEY, plan(requeue_at=deadline), stores, paused=False, disabled=False)
@@ -124,7 +125,7 @@ def test_a_plan_is_not_kept_past_its_deadline() -> None:
 
 
 def test_plans_with_work_to_do_or_on_nodes_with_workload_pods_are_never_kept() -> None:
-    memo, cr, stores = snapshot.SettledNodes(), make_cr(), empty_stores()
+    memo, cr, stores = SettledNodes(), make_cr(), empty_stores()
     snap = snapshot.snapshot_node(cr, node(), stores, snapshot.PdbIndex())
     busy = NodePlan(
         node="n1",
@@ -143,7 +144,7 @@ def test_plans_with_work_to_do_or_on_nodes_with_workload_pods_are_never_kept() -
 
 
 def test_a_plan_that_only_deletes_recorded_pods_is_kept_as_asking_again_is_harmless() -> None:
-    memo, cr, stores = snapshot.SettledNodes(), make_cr(), empty_stores()
+    memo, cr, stores = SettledNodes(), make_cr(), empty_stores()
     stores.package_pods.put("ns/p1", pod("p1", "7", phase="Succeeded"))
     snap = snapshot.snapshot_node(cr, node(), stores, snapshot.PdbIndex())
     deleting = NodePlan(
@@ -160,7 +161,7 @@ def test_a_plan_that_only_deletes_recorded_pods_is_kept_as_asking_again_is_harml
 
 
 def test_forgetting_a_cr_drops_its_nodes_only() -> None:
-    memo, stores = snapshot.SettledNodes(), empty_stores()
+    memo, stores = SettledNodes(), empty_stores()
     cr = make_cr()
     other = NodeWright.model_validate(
         {

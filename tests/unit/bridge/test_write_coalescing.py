@@ -11,7 +11,7 @@ from lifecycle import actions
 from lifecycle.spec import NodeWright
 from lifecycle.status import Status
 from nodewright_bridge.controller import snapshot
-from nodewright_bridge.controller.executor import NodeWork, _bookkeeping, merge_patch_into
+from nodewright_bridge.controller.node_writes import NodeWork, is_bookkeeping, merge_patch_into
 from nodewright_bridge.k8s.slimming import slim_node
 from nodewright_bridge.runtime.manager import same_but_version
 
@@ -93,8 +93,8 @@ def test_only_node_writes_wait_for_the_next_pass_starts_records_and_queued_delet
         config_hash="h",
         deadline=datetime(2026, 1, 1, tzinfo=UTC),
     )
-    assert _bookkeeping(_work(status, delete))  # a Node write: may wait
-    assert _bookkeeping(_work(annotations={"batch": None}))  # releasing a record may wait
-    assert not _bookkeeping(_work(delete))  # only queues a background delete: costs nothing
-    assert not _bookkeeping(_work(status, start))  # starts a pod: the rollout's critical path
-    assert not _bookkeeping(_work(status, annotations={"batch": "{}"}))  # takes a batch record
+    assert is_bookkeeping(_work(status, delete))  # a Node write: may wait
+    assert is_bookkeeping(_work(annotations={"batch": None}))  # releasing a record may wait
+    assert not is_bookkeeping(_work(delete))  # only queues a background delete: costs nothing
+    assert not is_bookkeeping(_work(status, start))  # starts a pod: the rollout's critical path
+    assert not is_bookkeeping(_work(status, annotations={"batch": "{}"}))  # takes a batch record

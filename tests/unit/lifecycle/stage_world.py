@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lifecycle import actions as act
-from lifecycle.nodestate import CordonRecord, PackageState
+from lifecycle import nodestate
+from lifecycle.nodestate import PackageState
 from lifecycle.results import AgentResult, Failure, StageResult, StageStatus
 from lifecycle.spec import Interrupt, NodeWright
 from lifecycle.stages import NodeFacts, NodeInput, NodePlan, PodObservation, PodPhase, plan_node
@@ -103,18 +104,13 @@ class World:
         elif isinstance(a, act.SetNodeStatus):
             self.status = a.status
         elif isinstance(a, act.Cordon):
-            record = node.cordon or CordonRecord(was_unschedulable=a.was_unschedulable)
-            holders = sorted({*record.holders, a.holder})
-            self.node = replace(
-                node, unschedulable=True, cordon=record.model_copy(update={"holders": holders})
-            )
+            record = nodestate.hold(node.cordon, a.holder, unschedulable=a.was_unschedulable)
+            self.node = replace(node, unschedulable=True, cordon=record)
         elif isinstance(a, act.Uncordon):
-            record = node.cordon or CordonRecord()
-            holders = [h for h in record.holders if h != a.holder]
-            if holders:
-                self.node = replace(node, cordon=record.model_copy(update={"holders": holders}))
-            else:
-                self.node = replace(node, cordon=None, unschedulable=record.was_unschedulable)
+            released = nodestate.release(node.cordon, a.holder)
+            if released is not None:
+                unschedulable = node.unschedulable and not released.uncordon
+                self.node = replace(node, cordon=released.record, unschedulable=unschedulable)
         elif isinstance(a, act.Drain):
             self.node = replace(node, pods_to_evict=0)
         elif isinstance(a, act.CreatePackagePod):

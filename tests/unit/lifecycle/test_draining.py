@@ -88,16 +88,16 @@ def test_only_exhausted_budgets_covering_pods_to_evict_are_blocking() -> None:
     exhausted = PdbView("ml", "trainer-pdb", LabelSelector(match_labels={"app": "trainer"}), 0)
     roomy = PdbView("ml", "web-pdb", LabelSelector(match_labels={"app": "web"}), 1)
     elsewhere = PdbView("other", "x", LabelSelector(match_labels={"app": "trainer"}), 0)
-    found = blocking_pdbs([trainer, web], [roomy, exhausted, elsewhere], DEFAULT)
+    found = blocking_pdbs(plan_drain([trainer, web], DEFAULT).evict, [roomy, exhausted, elsewhere])
     assert [p.key for p in found] == ["ml/trainer-pdb"]
 
 
 def test_a_budget_over_a_skipped_pod_does_not_block() -> None:
     ds = pod("agent", labels={"app": "trainer"}, controller_kind="DaemonSet")
     exhausted = PdbView("ml", "trainer-pdb", LabelSelector(match_labels={"app": "trainer"}), 0)
-    assert blocking_pdbs([ds], [exhausted], DEFAULT) == []
+    assert blocking_pdbs(plan_drain([ds], DEFAULT).evict, [exhausted]) == []
 
 
 def test_an_empty_pdb_selector_covers_every_pod_in_its_namespace() -> None:
     everything = PdbView("ml", "all", LabelSelector(), 0)
-    assert blocking_pdbs([pod("x")], [everything], DEFAULT) == [everything]
+    assert blocking_pdbs(plan_drain([pod("x")], DEFAULT).evict, [everything]) == [everything]

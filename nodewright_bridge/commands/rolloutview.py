@@ -4,8 +4,9 @@ Why a separate, I/O-free module: the CLI (one-shot, ``--watch``, ``-o json``), t
 unit tests all render the same view, and the view must never crash on what it reads - a node with
 a malformed annotation is shown as such, a CR without status yet shows zeros.
 
-Where the facts come from (ARCHITECTURE.md §4): the CR status holds the bounded aggregates
-(status, conditions, per-compartment counters and batch state, recent failures); per-node detail
+Where the facts come from (docs/architecture.md, "Status and conditions"): the CR status holds
+the bounded aggregates (status, conditions, per-compartment counters and batch state, recent
+failures); per-node detail
 comes from each Node's ``status-<cr>`` label/annotation, ``state-<cr>`` annotation (package,
 stage, state, attempts, last failure message) and ``batch-<cr>`` annotation (compartment, batch).
 Nodes the rollout has not picked yet are placed in a compartment with the policy's rules when the
@@ -14,28 +15,24 @@ policy is known.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from pydantic import ValidationError
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from lifecycle import compartments, selectors
-from lifecycle.errors import SpecError
 from lifecycle.nodestate import (
     IGNORE_LABEL,
-    BatchRecord,
     PackageState,
     batch_annotation,
     state_annotation,
     status_key,
 )
 from lifecycle.spec import DeploymentPolicy, LabelSelector, NodeWright
-from lifecycle.validation import load_nodewright, load_policy
+from nodewright_bridge.controller import snapshot
 
 JsonObject = Mapping[str, Any]
 
@@ -208,11 +205,6 @@ def _camel(name: str) -> str:
 # ---- building the view ----------------------------------------------------------------------
 
 
-def _meta(obj: JsonObject) -> JsonObject:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
 def _str_map(value: object) -> dict[str, str]:
     if not isinstance(value, Mapping):
         return {}
@@ -228,19 +220,12 @@ def _int(value: object, default: int = 0) -> int:
 
 def parse_cr(obj: JsonObject) -> NodeWright | None:
     """The validated CR, or None when it does not validate (the view then uses raw fields)."""
-    try:
-        return load_nodewright(obj)
-    except (SpecError, ValidationError, ValueError, TypeError):
-        return None
+    parsed = snapshot.parse_nodewright(obj)
+    return parsed if isinstance(parsed, NodeWright) else None
 
 
 def parse_policy(obj: JsonObject | None) -> DeploymentPolicy | None:
-    if obj is None:
-        return None
-    try:
-        return load_policy(obj)
-    except (SpecError, ValidationError, ValueError, TypeError):
-        return None
+    return snapshot.parse_policy(obj) if obj is not None else None
 
 
 def selector_string(selector: LabelSelector) -> str:
@@ -287,7 +272,7 @@ def node_row(
     package_order: Sequence[str] = (),
 ) -> NodeRow:
     """One Node's row for ``cr_name`` (never raises on malformed annotations)."""
-    meta = _meta(node)
+    meta = snapshot.meta_of(node)
     name = str(meta.get("name", ""))
     labels = _str_map(meta.get("labels"))
     annotations = _str_map(meta.get("annotations"))
@@ -297,20 +282,12 @@ def node_row(
     if not targeted and status == "waiting":
         status = "unknown"
     batch: int | None = None
-    raw_record = annotations.get(batch_annotation(cr_name))
-    if raw_record:
-        try:
-            record = BatchRecord.model_validate_json(raw_record)
-            compartment, batch = record.compartment, record.batch
-        except ValidationError:
-            pass
-    raw_state = annotations.get(state_annotation(cr_name))
+    record = snapshot.parse_record(annotations.get(batch_annotation(cr_name)))
+    if record is not None:
+        compartment, batch = record.compartment, record.batch
     try:
-        decoded = json.loads(raw_state) if raw_state else {}
-        if not isinstance(decoded, dict):
-            raise ValueError("not a JSON object")
-        state = {str(k): PackageState.model_validate(v) for k, v in decoded.items()}
-    except (ValueError, ValidationError):
+        state = snapshot.parse_state(annotations.get(state_annotation(cr_name)))
+    except ValueError:
         return NodeRow(
             name=name,
             status=status,
@@ -362,7 +339,7 @@ def build_view(
     policy_obj: JsonObject | None = None,
 ) -> RolloutView:
     """The view of one NodeWright from its raw object, the Nodes and (optionally) its policy."""
-    meta = _meta(cr_obj)
+    meta = snapshot.meta_of(cr_obj)
     name = str(meta.get("name", ""))
     generation = _int(meta.get("generation"), 1)
     raw_status = cr_obj.get("status")
@@ -392,9 +369,9 @@ def build_view(
     node_list = [n for n in nodes if isinstance(n, Mapping)]
     targeted: dict[str, bool] = {}
     for node in node_list:
-        node_name = str(_meta(node).get("name", ""))
-        labels = _str_map(_meta(node).get("labels"))
-        annotations = _str_map(_meta(node).get("annotations"))
+        node_name = str(snapshot.meta_of(node).get("name", ""))
+        labels = _str_map(snapshot.meta_of(node).get("labels"))
+        annotations = _str_map(snapshot.meta_of(node).get("annotations"))
         is_target = cr is not None and selectors.matches(cr.spec.node_selectors, labels)
         ours = status_key(name) in labels or state_annotation(name) in annotations
         if is_target or ours:
@@ -404,9 +381,12 @@ def build_view(
         rules = compartments.build(cr, policy)
         if rules is not None and (policy is not None or not cr.spec.deployment_policy):
             pairs = [
-                (str(_meta(n).get("name", "")), _str_map(_meta(n).get("labels")))
+                (
+                    str(snapshot.meta_of(n).get("name", "")),
+                    _str_map(snapshot.meta_of(n).get("labels")),
+                )
                 for n in node_list
-                if targeted.get(str(_meta(n).get("name", "")))
+                if targeted.get(str(snapshot.meta_of(n).get("name", "")))
             ]
             assignment = compartments.assign(rules, pairs).of_node
     package_order = sorted(cr.spec.packages) if cr is not None else []
@@ -414,12 +394,12 @@ def build_view(
         node_row(
             node,
             name,
-            targeted=targeted[str(_meta(node).get("name", ""))],
-            compartment=assignment.get(str(_meta(node).get("name", "")), ""),
+            targeted=targeted[str(snapshot.meta_of(node).get("name", ""))],
+            compartment=assignment.get(str(snapshot.meta_of(node).get("name", "")), ""),
             package_order=package_order,
         )
         for node in node_list
-        if str(_meta(node).get("name", "")) in targeted
+        if str(snapshot.meta_of(node).get("name", "")) in targeted
     ]
     rows.sort(key=lambda r: (_STATUS_ORDER.get(r.status, 5), r.compartment, r.name))
 

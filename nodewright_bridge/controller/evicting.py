@@ -1,0 +1,96 @@
+"""One round of a node's drain: evict what the snapshot's drain plan says, report what refused.
+
+Why one round and not a loop: a drain never blocks a reconcile. Evictions go through the Eviction
+API (concurrently), so the API server enforces every PodDisruptionBudget; a 429 names the
+refusing budgets - the ones the plan knows cover the pod - and the reconcile comes back after a
+short back-off. The stage planner sees the pods that are left (``pods_to_evict``) and gives up at
+the drain deadline. Nothing is decided here: the plan was made from the snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from lifecycle import draining
+from nodewright_bridge.controller.node_writes import Outcome
+from nodewright_bridge.controller.productmetrics import ProductMetrics
+from nodewright_bridge.errors import DisruptionBudgetError, NotFoundError, TooManyRequestsError
+from nodewright_bridge.k8s import resources
+from nodewright_bridge.k8s.patching import Writer
+from nodewright_bridge.k8s.rest import Rest
+
+# Evictions are independent API calls; 8 at once drains a busy GPU node in one round without
+# flooding the API server when many nodes drain in the same reconcile.
+EVICTION_CONCURRENCY = 8
+# A PDB refusal is re-tried on the next reconcile; 5 s lets the budget's controller observe a
+# replacement pod becoming Ready without hammering the API server.
+PDB_RETRY_SECONDS = 5.0
+# Pods still to go (evicted but terminating, or blocked): look again this soon.
+DRAIN_RECHECK_SECONDS = 2.0
+
+Announce = Callable[[str, str, str, bool], None]  # (node, reason, note, warning)
+
+
+class Evictions:
+    """Runs drain rounds for the executor."""
+
+    def __init__(self, rest: Rest, writer: Writer, metrics: ProductMetrics) -> None:
+        self._rest = rest
+        self._writer = writer
+        self._metrics = metrics
+
+    def drain(
+        self,
+        cr: str,
+        node: str,
+        *,
+        plan: draining.DrainPlan,
+        evictions: tuple[draining.Eviction, ...],
+        outcome: Outcome,
+        announce: Announce,
+    ) -> None:
+        if plan.blockers:
+            lines = [draining.describe_blocker(p, d) for p, d in plan.blockers]
+            outcome.drain_blockers[node] = lines
+            announce(node, "DrainBlocked", "; ".join(lines), True)
+        if plan.waiting_for or evictions:
+            outcome.soon(DRAIN_RECHECK_SECONDS)
+        if not evictions:
+            return
+        announce(node, "Draining", f"evicting {len(evictions)} pod(s) for NodeWright {cr}", False)
+        with ThreadPoolExecutor(max_workers=EVICTION_CONCURRENCY) as pool:
+            answers = list(pool.map(self._evict, evictions))
+        for refused in answers:
+            if refused is None:
+                outcome.evicted += 1
+                self._metrics.evictions.labels(cr).inc()
+                continue
+            self._metrics.pdb_refusals.labels(cr).inc()
+            outcome.pdb_blocked.setdefault(node, []).extend(refused)
+            outcome.soon(PDB_RETRY_SECONDS)
+        if outcome.pdb_blocked.get(node):
+            names = ", ".join(sorted(set(outcome.pdb_blocked[node])))
+            note = f"eviction refused by PodDisruptionBudget {names}; retrying"
+            announce(node, "PDBBlocked", note, True)
+
+    def _evict(self, eviction: draining.Eviction) -> list[str] | None:
+        """Evict one pod. None on success (or already gone), else the refusing budgets."""
+        pod = eviction.pod
+        path = resources.PODS.path(namespace=pod.namespace, name=pod.name, subresource="eviction")
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+        }
+        try:
+            self._writer.ensure_leading()  # evictions obey the leader guard like every write
+            self._rest.request("POST", path, body=body, eviction=True)
+        except NotFoundError:
+            return None
+        except DisruptionBudgetError as exc:
+            # The plan knows the budgets covering the pod; the server's own words otherwise.
+            return list(eviction.budgets) or list(exc.budgets) or [f"{pod.namespace}/(unknown)"]
+        except TooManyRequestsError as exc:
+            return [f"{pod.namespace}/(throttled: {exc.message})"]
+        return None

@@ -1,0 +1,285 @@
+"""Plan: from one pass's observation to the actions of every node, through ``lifecycle``.
+
+The second of the pass's four steps. All decisions are ``lifecycle``'s; this module only feeds
+them and collects their answers:
+
+1. every plannable node is *probed* with the stage planner without permission to start new work,
+   which says its status and whether it has work left; with the nodes not planned this pass
+   (stale, departed) that gives the ``NodeView`` s of ``lifecycle.rollout.plan_rollout``;
+2. the rollout plan picks the batches (``plan_rollout``), after the batch-reset rule;
+3. each node is planned again with the rollout's answer (permission, order, why it cannot be
+   picked), the probe reused when the input is identical; its actions, batch record and Events
+   become one ``NodeWork``. This runs as a generator, so the apply step writes the nodes that
+   start pods while the remaining ones are still planned;
+4. nodes no longer targeted are let go and brand-new nodes tainted (``lifecycle.releasing``).
+
+``NodePlanner`` holds what plans depend on across passes: the settled nodes' kept plans, each
+package's declared interrupt as any node reported it, and the CR's secretVars data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from lifecycle import actions, aggregation, releasing, rollout, stages
+from lifecycle.nodestate import PackageState, batch_annotation
+from lifecycle.spec import Interrupt, NodeWright
+from lifecycle.status import BatchState, Status
+from nodewright_bridge.controller import snapshot
+from nodewright_bridge.controller.node_writes import EventNote, NodeWork
+from nodewright_bridge.controller.observing import Observation
+from nodewright_bridge.controller.settled import PlanKey, SettledNodes
+from nodewright_bridge.k8s import caches
+
+
+class NodePlanner:
+    """The stage planner with what its answers depend on across passes (see the module doc)."""
+
+    def __init__(self, stores: snapshot.Stores, settled: SettledNodes) -> None:
+        self._stores = stores
+        self.settled = settled
+        self._declared: dict[str, dict[str, Interrupt]] = {}
+        self._secret_data: dict[str, dict[str, str]] = {}
+
+    def use_secret_data(self, cr: str, data: dict[str, str]) -> None:
+        """The CR's secretVars digests for this pass; a change drops its kept plans."""
+        if self._secret_data.get(cr, {}) != data:
+            self.settled.forget(cr)
+            self._secret_data[cr] = data
+
+    def plan(
+        self,
+        cr: NodeWright,
+        snap: snapshot.NodeSnapshot,
+        key: PlanKey,
+        now: datetime,
+        *,
+        paused: bool,
+        disabled: bool,
+    ) -> stages.NodePlan:
+        """The stage planner's answer for ``snap`` and ``key``: kept if the node is settled."""
+        name = cr.metadata.name
+        kept = self.settled.plan(cr, snap.name, key, now)
+        if kept is not None:
+            return kept
+        allowed, paused_key, order, unpickable = key
+        node_plan = stages.plan_node(
+            stages.NodeInput(
+                cr=cr,
+                node=snap.facts,
+                state=snap.state,
+                now=now,
+                allowed_to_start=allowed,
+                pods=snap.pods,
+                node_order=order,
+                previous_status=snap.status,
+                paused=paused_key,
+                disabled=disabled,
+                unpickable=unpickable,
+                declared=self._declared.get(name, {}),
+                secret_data=self._secret_data.get(name, {}),
+            )
+        )
+        self._learn(name, node_plan.state)
+        self.settled.offer(
+            cr,
+            snap,
+            key,
+            node_plan,
+            self._stores,
+            paused=paused,
+            disabled=disabled,
+            node_index=caches.BY_NODE,
+        )
+        return node_plan
+
+    def _learn(self, cr: str, state: Mapping[str, PackageState]) -> None:
+        """Remember every package's declared interrupt a node's state shows (first report wins):
+        later nodes start knowing it, so they are drained before they apply."""
+        for key, entry in state.items():
+            if entry.declared is not None:
+                self._declared.setdefault(cr, {}).setdefault(key, entry.declared)
+
+    def forget(self, cr: str) -> None:
+        self.settled.forget(cr)
+        self._declared.pop(cr, None)
+        self._secret_data.pop(cr, None)
+
+
+@dataclass(slots=True)
+class PassPlan:
+    """What the plan step decided before the nodes' own plans (built by :func:`plan_pass`)."""
+
+    rollout: rollout.RolloutPlan
+    probes: dict[str, tuple[PlanKey, stages.NodePlan]]
+    records: dict[str, dict[str, str | None]]  # node -> batch record change
+    unpickable: dict[str, str]
+    outside: list[actions.Action]  # releases of nodes no longer targeted
+    tainting: dict[str, tuple[actions.Action, ...]]  # brand-new nodes: not planned this pass
+    waiting_release: bool  # our pods on a released node must end first
+
+
+@dataclass(slots=True)
+class NodeResults:
+    """What the nodes' plans said, collected while :func:`node_works` runs."""
+
+    status: dict[str, Status] = field(default_factory=dict)
+    failures: list[stages.NodeFailure] = field(default_factory=list)
+    wakeups: list[datetime] = field(default_factory=list)
+    pdb_blocked: dict[str, list[str]] = field(default_factory=dict)
+    works: int = 0
+
+
+def plan_key(
+    snap: snapshot.NodeSnapshot,
+    *,
+    allowed: bool,
+    paused: bool,
+    order: int | None = None,
+    unpickable: str = "",
+) -> PlanKey:
+    if order is None:
+        order = snap.record.order if snap.record is not None else 0
+    return (allowed, paused, order, unpickable)
+
+
+def node_view(
+    snap: snapshot.NodeSnapshot,
+    probe: stages.NodePlan | None,
+    *,
+    ready: bool,
+    status: Status | None = None,
+) -> rollout.NodeView:
+    status = status or (probe.status if probe is not None else (snap.status or Status.UNKNOWN))
+    return rollout.NodeView(
+        name=snap.name,
+        labels=snap.labels,
+        taints=snap.taints,
+        created=snap.created,
+        status=status,
+        has_pending_work=status is not Status.COMPLETE,
+        record=snap.record,
+        pdb_exhausted=bool(snap.blocking_pdbs),
+        ready=ready,
+    )
+
+
+def probe_views(
+    seen: Observation,
+    planner: NodePlanner,
+    written: Mapping[str, Status | None],
+    *,
+    skip: frozenset[str] = frozenset(),
+) -> tuple[dict[str, tuple[PlanKey, stages.NodePlan]], list[rollout.NodeView]]:
+    """Step 1: probe every plannable node (not in ``skip``) and build the rollout's views."""
+    cr, now = seen.cr, seen.now
+    probes: dict[str, tuple[PlanKey, stages.NodePlan]] = {}
+    views = [node_view(s, None, ready=False) for s in seen.departed]
+    for name, snap in seen.snaps.items():
+        if name in skip:
+            views.append(node_view(snap, None, ready=name in seen.ready))
+            continue
+        key = plan_key(snap, allowed=False, paused=seen.paused)
+        probe = planner.plan(cr, snap, key, now, paused=seen.paused, disabled=seen.disabled)
+        probes[name] = (key, probe)
+        views.append(node_view(snap, probe, ready=name in seen.ready))
+    for name, snap in seen.stale.items():
+        status = written.get(name)
+        views.append(node_view(snap, None, ready=name in seen.ready, status=status))
+    return probes, views
+
+
+def plan_pass(
+    seen: Observation,
+    planner: NodePlanner,
+    written: Mapping[str, Status | None],
+) -> PassPlan:
+    """Steps 1, 2 and 4 of the module docstring (``written``: our last status of stale nodes)."""
+    cr, now = seen.cr, seen.now
+    tainting = {
+        node.name: planned
+        for node in seen.new_nodes
+        if (planned := releasing.plan_auto_taint(cr, node))
+    }
+    probes, views = probe_views(seen, planner, written, skip=frozenset(tainting))
+    states: dict[str, BatchState] = {}
+    if not releasing.reset_batches(seen.old, cr, seen.policy):
+        states = {
+            c: s.batch_state for c, s in seen.old.compartments.items() if s.batch_state is not None
+        }
+    plan = rollout.plan_rollout(
+        cr, seen.policy, views, states, now, next_node_order=seen.old.node_order_offset
+    )
+    record_key = batch_annotation(cr.metadata.name)
+    records: dict[str, dict[str, str | None]] = {
+        node: {record_key: record.model_dump_json(by_alias=True)}
+        for node, record in plan.records.items()
+    }
+    for node in plan.released:
+        if node not in seen.malformed:
+            records[node] = {record_key: None}
+    unpickable = {n: "node has the ignore label" for n in plan.ignored}
+    unpickable.update({b.node: b.reason for b in plan.blocked})
+    outside: list[actions.Action] = []
+    waiting = False
+    for held in seen.held:
+        release = releasing.plan_release(cr, held, seen.crs, now)
+        outside.extend(release.actions)
+        waiting = waiting or release.waiting
+    return PassPlan(plan, probes, records, unpickable, outside, tainting, waiting)
+
+
+def node_works(
+    seen: Observation, passed: PassPlan, planner: NodePlanner, results: NodeResults
+) -> Iterator[NodeWork]:
+    """Step 3: each planned node's work, in node order; ``results`` collects their answers."""
+    cr, plan = seen.cr, passed.rollout
+    name = cr.metadata.name
+    allowed = set(plan.allowed)
+    for node, snap in seen.snaps.items():
+        if node in passed.tainting:  # planned once the cache shows the taint
+            results.status[node] = snap.status or Status.UNKNOWN
+            continue
+        key = plan_key(
+            snap,
+            allowed=node in allowed,
+            paused=seen.paused or plan.paused,
+            order=plan.orders.get(node),
+            unpickable=passed.unpickable.get(node, ""),
+        )
+        probe_key, probe = passed.probes[node]
+        # The planner is pure: the probe already answered an identical input.
+        node_plan = (
+            probe
+            if key == probe_key
+            else planner.plan(cr, snap, key, seen.now, paused=seen.paused, disabled=seen.disabled)
+        )
+        extra = releasing.plan_runtime_taint(
+            cr, node, taints=snap.taints, labels=snap.labels, status=node_plan.status, crs=seen.crs
+        )
+        node_actions = (*node_plan.actions, *extra)
+        results.status[node] = node_plan.status
+        results.failures.extend(node_plan.failures)
+        if node_plan.requeue_at is not None:
+            results.wakeups.append(node_plan.requeue_at)
+        notes: list[EventNote] = []
+        if node_plan.status is Status.COMPLETE and snap.status is not Status.COMPLETE:
+            notes.append(
+                EventNote("Node", node, "NodeWrightComplete", f"all packages of {name} complete")
+            )
+        for failure in node_plan.failures:
+            if failure.final:
+                why = aggregation.describe_failure(failure)
+                notes.append(EventNote("NodeWright", name, "PackageFailed", why, warning=True))
+        if snap.blocking_pdbs and node in allowed and snap.facts.pods_to_evict:
+            results.pdb_blocked.setdefault(node, []).extend(snap.blocking_pdbs)
+        if node_actions or notes or node in passed.records:
+            results.works += 1
+            yield NodeWork(
+                node=snap,
+                actions=node_actions,
+                annotations=passed.records.get(node, {}),
+                events=notes,
+            )
