@@ -21,15 +21,15 @@ degraded to ``unknown``):
 9. any node ``blocked`` -> ``blocked``; 10. any node ``waiting`` -> ``waiting``
 11. otherwise ``unknown``
 
-Conditions (ARCHITECTURE.md §4): ``Ready`` (NodeWright's reasons and message format),
-``Progressing``, ``Degraded`` (naming node, package, stage, task and message of the newest failure
-of an erroring node), ``Stalled`` (a compartment stopped on failureThreshold), ``PDBBlocked``
-(naming the PodDisruptionBudgets, or why a drain cannot evict), ``InvalidSpec``,
+Conditions (docs/architecture.md, "Status and conditions"): ``Ready`` (NodeWright's reasons and
+message format), ``Progressing``, ``Degraded`` (naming node, package, stage, task and message of
+the newest failure of an erroring node), ``Stalled`` (a compartment stopped on failureThreshold),
+``PDBBlocked`` (naming the PodDisruptionBudgets, or why a drain cannot evict), ``InvalidSpec``,
 ``PolicyNotFound``, ``TaintNotTolerable``, ``NodesIgnored``, ``NodeStateMalformed`` only while
 some node's state annotation cannot be parsed, and ``DeletionBlocked`` only while the CR is being
-deleted with uninstall work pending (True while paused or disabled, naming the nodes; reference
-§2.9) or while some node's state annotation of the CR does not parse (``MalformedNodeState``,
-``deletion_blocked_by_malformed_state``).
+deleted with uninstall work pending (True while paused or disabled, naming the nodes, as
+NodeWright does) or while some node's state annotation of the CR does not parse
+(``MalformedNodeState``, ``deletion_blocked_by_malformed_state``).
 
 ``lastTransitionTime`` of a condition moves only when its ``status`` flips, so aggregating the same
 inputs twice gives the same status (the controller skips writes that change nothing).
@@ -281,7 +281,7 @@ def deletion_blocked_by_malformed_state(
     malformed: Mapping[str, str],
     now: datetime,
 ) -> NodeWrightStatus:
-    """Status of a CR whose deletion waits because state annotations do not parse (§2.9).
+    """Status of a CR whose deletion waits because state annotations do not parse.
 
     Cleaning up now would drop the finalizer without knowing what those nodes still run, so
     deletion stops until the annotation is fixed or removed; the message says where. The other

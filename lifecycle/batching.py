@@ -1,10 +1,11 @@
-"""Batch sizing and batch evaluation for one compartment (reference §5.4, §5.5).
+"""Batch sizing and batch evaluation for one compartment (NodeWright's formulas, except below).
 
 Why a module of its own: these are the numbers an operator argues about ("why was batch 4 only two
 nodes?"), so they live in small pure functions with the formulas spelled out, apart from the
 bookkeeping that decides *which* nodes go into a batch (``lifecycle.rollout``).
 
-Where we deliberately differ from NodeWright (ARCHITECTURE.md §4, §5 "beyond"):
+Where we deliberately differ from NodeWright (the full list is in docs/architecture.md,
+"Where we differ from NodeWright"):
 
 - The budget ceiling caps every batch, whatever the strategy (NodeWright only documents it).
 - A failed node ends its batch slot; the batch is evaluated as soon as every member is done or
@@ -27,7 +28,7 @@ from lifecycle.spec import (
 )
 from lifecycle.status import BatchState
 
-# Strategy defaults (reference §1.4): used when a strategy object leaves a parameter out.
+# Strategy defaults (NodeWright's): used when a strategy object leaves a parameter out.
 DEFAULT_INITIAL_BATCH = 1
 DEFAULT_BATCH_THRESHOLD = 100
 DEFAULT_SAFETY_LIMIT = 50
@@ -99,13 +100,13 @@ def processed(state: BatchState) -> int:
 
 
 def next_batch_size(pacing: Pacing, state: BatchState, *, total: int, ceiling: int) -> int:
-    """Size of the next batch of a compartment (reference §5.4 plus our ceiling cap).
+    """Size of the next batch of a compartment (NodeWright's rule plus our ceiling cap).
 
     Args:
         pacing: the compartment's resolved strategy.
         state: the compartment's batch state after the last evaluation.
         total: nodes assigned to the compartment (exponential growth never exceeds it).
-        ceiling: the budget ceiling; caps every batch (our difference (a)).
+        ceiling: the budget ceiling; caps every batch, whatever the strategy.
 
     Returns:
         A size >= 1. Callers pick at most that many of the eligible nodes, so the NodeWright clamp
@@ -141,7 +142,7 @@ class Evaluation:
 def evaluate_batch(
     pacing: Pacing, state: BatchState, *, succeeded: int, failed: int, total: int
 ) -> Evaluation:
-    """Evaluate a finished batch: every member is done or failed (reference §5.4, evaluation).
+    """Evaluate a finished batch: every member is done or failed (NodeWright's evaluation).
 
     ``success% = floor(succeeded*100/size)``; the batch failed when that is below batchThreshold.
     A failed batch increments consecutiveFailures and, while progress (after counting this batch)
@@ -191,7 +192,7 @@ def stop_reason(name: str, pacing: Pacing, state: BatchState, *, total: int) -> 
 
 
 def resolve_reset_flag(cr: NodeWright, policy: DeploymentPolicy | None) -> bool:
-    """resetBatchStateOnCompletion: the CR's option, else the policy's, else False (§5.5)."""
+    """resetBatchStateOnCompletion: the CR's option, else the policy's, else False."""
     options = cr.spec.deployment_policy_options
     if options is not None and options.reset_batch_state_on_completion is not None:
         return options.reset_batch_state_on_completion

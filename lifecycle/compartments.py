@@ -1,6 +1,6 @@
 """Compartments of a rollout: which group each node belongs to and how many may change at once.
 
-Why recomputed from scratch every time (reference §5.1, §5.2): labels change, policies are edited
+Why recomputed from scratch every time (as NodeWright does): labels change, policies are edited
 and nodes come and go; the only persisted rollout facts are the batch records on the Nodes and the
 batch state in the CR status, both keyed by compartment *name*. Everything here is a pure function
 of the CR, the policy and the nodes' labels.
@@ -24,7 +24,7 @@ from lifecycle.spec import DeploymentPolicy, LabelSelector, NodeWright, Strategy
 
 DEFAULT_COMPARTMENT = "__default__"
 
-# Tie-break rank of a strategy: the safest (smallest, slowest to grow) first (reference §5.2).
+# Tie-break rank of a strategy: the safest (smallest, slowest to grow) first (NodeWright's order).
 _SAFETY_RANK: Mapping[StrategyKind | None, int] = {
     StrategyKind.FIXED: 0,
     StrategyKind.LINEAR: 1,
@@ -53,14 +53,14 @@ class CompartmentRule:
         return ceiling(self.count, self.percent, matched, legacy=self.legacy)
 
     def pacing_for(self, ceiling_value: int) -> batching.Pacing:
-        """The effective pacing: the legacy fixed batch is the ceiling (reference §5.1)."""
+        """The effective pacing: the legacy fixed batch is the ceiling (as in NodeWright)."""
         if not self.legacy:
             return self.pacing
         return batching.Pacing(kind=StrategyKind.FIXED, initial_batch=max(1, ceiling_value))
 
 
 def ceiling(count: int | None, percent: int | None, matched: int, *, legacy: bool = False) -> int:
-    """How many nodes of a compartment may change at once (reference §5.3, §5.1).
+    """How many nodes of a compartment may change at once (NodeWright's rounding).
 
     Policy budgets: ``count`` as is (not clamped to the node count); ``percent`` is 0 for an empty
     compartment, else ``max(1, floor(matched * percent / 100))``. Legacy interruptionBudget:
@@ -149,7 +149,7 @@ class Assignment:
 def assign(
     rules: Sequence[CompartmentRule], nodes: Iterable[tuple[str, Mapping[str, str]]]
 ) -> Assignment:
-    """Assign each ``(name, labels)`` to exactly one compartment (reference §5.2)."""
+    """Assign each ``(name, labels)`` to one compartment (the tie-break in the module docstring)."""
     node_list = list(nodes)
     selected = [r for r in rules if r.selector is not None]
     raw_matches: dict[str, list[str]] = {r.name: [] for r in selected}

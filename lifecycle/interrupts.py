@@ -1,6 +1,6 @@
 """Which interrupt a package needs for a cycle, and how interrupts due together on a node merge.
 
-Rules (NodeWright's, reference §2.2 and §3.5):
+Rules (as NodeWright does):
 - An install or upgrade cycle uses the package's own ``interrupt``.
 - A config cycle (vars or configMap changed) uses the ``configInterrupts`` whose glob matches a
   changed var name or configMap key; when none matches, that cycle has no interrupt at all, even if
@@ -9,10 +9,11 @@ Rules (NodeWright's, reference §2.2 and §3.5):
   noop; equal ``service`` interrupts merge into one with the union of services, sorted. Packages
   are visited by name; the owner is the first package offering the winning interrupt.
 
-The role decides (ARCHITECTURE.md §5 item 11): a package the CR gives no ``interrupt`` uses the
-one its manifest declares (``declared``, reported by its pods) for install and upgrade cycles, and
-every cycle adds what its runs asked for (``requested``: a deferred reboot or service restarts).
-A CR that sets ``interrupt`` owns the package's interrupts: requests are recorded, not acted on.
+The role decides (docs/role-semantics.md, "Which interrupt a cycle gets"): a package the CR gives
+no ``interrupt`` uses the one its manifest declares (``declared``, reported by its pods) for
+install and upgrade cycles, and every cycle adds what its runs asked for (``requested``: a
+deferred reboot or service restarts). A CR that sets ``interrupt`` owns the package's interrupts:
+requests are recorded, not acted on.
 
 Unlike NodeWright, removed keys count as changed (a removed sysctl is a change too), and the
 changed keys are remembered per node entry, not CR-wide, so a node joining later is not affected by

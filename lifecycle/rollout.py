@@ -36,9 +36,10 @@ Restart safety: apply a plan in this order: (1) write the batch states (status.c
 ``allowed`` nodes only. Planning again from any partial write gives the same or an equivalent
 plan: batch membership lives on the Nodes and evaluations are replayed from it.
 
-Guarantees: the nodes allowed to work in a compartment never exceed its ceiling (our difference
-(a)) unless a policy edit shrank the ceiling under a running batch, which then finishes; a node's
-``order`` (``NW_NODE_ORDER``) is fixed at its first pick and kept while it holds a record.
+Guarantees: the nodes allowed to work in a compartment never exceed its ceiling (a concurrency
+cap, unlike NodeWright's) unless a policy edit shrank the ceiling under a running batch, which then
+finishes; a node's ``order`` (``NW_NODE_ORDER``) is fixed at its first pick and kept while it holds
+a record.
 Caveats: taints and the ignore label are checked when picking only; a running member finishes
 its work even if a taint appears (nodes get not-ready taints while they reboot).
 """
@@ -56,8 +57,9 @@ from lifecycle.status import BatchState, CompartmentStatus, Status
 
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 
-# Candidate order by node status (reference §5.4 step 4, with stray in_progress work first so a
-# node already cordoned or mid-change is finished before another one is disturbed).
+# Candidate order by node status (NodeWright's: waiting, unknown, blocked, erroring; with stray
+# in_progress work first so a node already cordoned or mid-change is finished before another one
+# is disturbed).
 _STATUS_RANK: Mapping[Status, int] = {
     Status.IN_PROGRESS: 0,
     Status.WAITING: 1,
@@ -212,7 +214,7 @@ class RolloutPlan:
 
 
 def tolerations_for(cr: NodeWright) -> list[Toleration]:
-    """Taints the CR's work tolerates when picking nodes (reference §6.5).
+    """Taints the CR's work tolerates when picking nodes (as NodeWright checks them).
 
     The cordon taint, the CR's additionalTolerations and, for runtimeRequired CRs, the
     runtime-required taint. Anything else (of any effect) makes the node ``blocked``.

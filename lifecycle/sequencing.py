@@ -1,4 +1,4 @@
-"""Ordering between NodeWright CRs, and the pause / disable switches (reference §6.1, §6.2).
+"""Ordering between NodeWright CRs, and the pause / disable switches (as NodeWright does).
 
 Why here and not in the controller: "may CR S touch node N now?" depends on every other CR's
 progress, and getting it wrong reboots a node twice or runs a tuning role before the driver it

@@ -1,10 +1,10 @@
 """Dry-run a whole rollout by calling the real planner until nothing moves.
 
 Why: "which nodes go in which batch, and where does it stop?" must be answerable before anything
-is applied (ARCHITECTURE.md §5 beyond 9). The simulation uses ``plan_rollout`` itself, not a
-second model of it, so what ``nwb plan --offline`` prints is what the controller will do given
-the same node outcomes: every allowed node finishes its work in the step it is allowed, as a
-success, or as a failure for the nodes named in ``fail``.
+is applied (docs/architecture.md, "Rollout: compartments and batches"). The simulation uses
+``plan_rollout`` itself, not a second model of it, so what ``nwb plan --offline`` prints is what
+the controller will do given the same node outcomes: every allowed node finishes its work in the
+step it is allowed, as a success, or as a failure for the nodes named in ``fail``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 These models are the single source of truth: the CRD schemas are generated from them, ``nwb plan``
 validates files with them offline, and the controller parses live objects with them. Field names
-follow NodeWright where the idea is the same (see ARCHITECTURE.md §4).
+follow NodeWright where the idea is the same (see docs/architecture.md, "The API in brief").
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Wire models for ``NodeWright.status``.
 
-Bounded in fleet size (ARCHITECTURE.md §4): aggregates, per-compartment counters and the last 20
-failures only. Per-node truth lives on the Nodes (see ``lifecycle.nodestate``), so a 10,000-node CR
-stays far below etcd's object size limit.
+Bounded in fleet size (docs/architecture.md, "Status and conditions"): aggregates,
+per-compartment counters and the last 20 failures only. Per-node truth lives on the Nodes (see
+``lifecycle.nodestate``), so a 10,000-node CR stays far below etcd's object size limit.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """CustomResourceDefinitions generated from the pydantic API models in ``lifecycle.spec``.
 
-Why generated: the models are the single source of truth (ARCHITECTURE.md §3-§4). The API server
-must reject the same bad objects that ``nwb plan`` rejects offline, without a webhook, so every
-rule that OpenAPI or CEL can express is emitted here next to the schema pydantic produces.
+Why generated: those models are the single source of truth (docs/architecture.md, "The API in
+brief"). The API server must reject the same bad objects that ``nwb plan`` rejects offline,
+without a webhook, so every rule that OpenAPI or CEL can express is emitted here next to the
+schema pydantic produces.
 
 The output is a *structural* schema as ``apiextensions.k8s.io/v1`` requires: every ``$ref`` is
 inlined, ``anyOf [X, null]`` becomes ``X`` (unset optionals are omitted on the wire; a ``null``

@@ -11,7 +11,7 @@ every change. So the image is built in two steps, each a plain Containerfile gen
 2. **Package** (``FROM`` the agent base): the agent's code (``lifecycle`` and ``playbook_adapter``,
    a few hundred KB), then the package tree at ``/nodewright/package``: the manifest, the role and
    its role dependencies under ``roles/``, and only the collections the manifest lists under
-   ``collections/ansible_collections/`` (see CONTRACTS.md, "Package image layout").
+   ``collections/ansible_collections/`` (see docs/node-pod-contract.md, "Package image").
 
 The engine is whatever the user has: podman, else buildah, else docker with a reachable daemon
 (override with ``NWB_CONTAINER_ENGINE``). Everything goes through the engine's CLI; no daemon API.
@@ -416,7 +416,7 @@ class PackageTree:
 
 
 def assemble_package(role_path: Path, manifest: PackageManifest, dest: Path) -> PackageTree:
-    """Lay out the package tree (CONTRACTS.md image layout) in ``dest`` (created).
+    """Lay out the package tree (docs/node-pod-contract.md, "Package image") in ``dest`` (created).
 
     Raises:
         BadInputError: a role dependency or a listed collection is not installed here.

@@ -3,7 +3,7 @@
 A batch of hundreds of nodes starts with a burst of Node writes and Pod creates, and the batch
 ends only when its last pod does: every request sent meanwhile for something that can wait
 (Events, deletes of finished pods) pushes the last start, and so the whole rollout, later. In a
-1,000-node rollout those were a fifth of the requests while the last batch started.
+1,000-node rollout those are about a fifth of the requests while the last batch starts.
 
 Foreground work runs inside :meth:`Foreground.running`; background senders call
 :meth:`Foreground.yield_to` before each request. It returns at once when no foreground work runs,

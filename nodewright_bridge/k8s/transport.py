@@ -1,15 +1,15 @@
 """HTTP/1.1 to the API server on the standard library, for every request that is not a watch.
 
-Why not urllib3 through the kubernetes client: measured here, one Node patch cost the caller
-~700 µs of CPU through ``ApiClient.param_serialize``/``call_api`` and urllib3, ~300 µs on
-``http.client``. A 489-node batch start is ~1,000 such requests on a machine whose API server
-wants every cycle it can get. Watches stay on the kubernetes client's urllib3 pool: one long
+Why not urllib3 through the kubernetes client: one Node patch costs the caller ~700 µs of CPU
+through ``ApiClient.param_serialize``/``call_api`` and urllib3, ~300 µs on ``http.client``. A
+489-node batch start is ~1,000 such requests on a machine whose API server wants every cycle it
+can get. Watches stay on the kubernetes client's urllib3 pool: one long
 request each, where the per-request cost does not matter.
 
 Configuration (host, TLS, client certificates, bearer token and its refresh hook) is the
-kubernetes client's ``Configuration``, so kubeconfig and in-cluster behave exactly as before. A
-configuration that needs what this transport does not do (an HTTP proxy) gets no transport
-(:func:`for_configuration` returns None) and the caller keeps the urllib3 path.
+kubernetes client's ``Configuration``, so kubeconfig and in-cluster behave exactly as on the
+client's own path. A configuration that needs what this transport does not do (an HTTP proxy) gets
+no transport (:func:`for_configuration` returns None) and the caller keeps the urllib3 path.
 """
 
 from __future__ import annotations

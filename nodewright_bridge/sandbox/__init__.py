@@ -1,4 +1,7 @@
-"""The sandbox: a real control plane on loopback with simulated nodes (see ARCHITECTURE.md §7).
+"""The sandbox: a real control plane on loopback with simulated nodes.
+
+The design is in docs/architecture.md, "The sandbox"; how node pods run here in
+docs/node-pod-contract.md, "In the sandbox".
 
 ``Sandbox`` starts, in order: the control-plane binaries (built into the cache when missing), etcd,
 kube-apiserver, kube-controller-manager, kube-scheduler, optionally a local image registry, and the

@@ -4,7 +4,7 @@ Every component listens on loopback on a free port; state, certificates, kubecon
 per process live in one directory. ``start()`` brings them up in order and waits until each is
 usable; ``stop()`` stops them in reverse order. Children never outlive us (see ``processes``).
 
-Choices (verified against v1.36.3, see the issue notes):
+Choices (verified against v1.36.3):
 - The ServiceAccount admission plugin stays on, so pods look as on a real cluster (the Helm chart
   of the controller needs its ServiceAccount and token). Hence KCM runs the serviceaccount,
   serviceaccount-token and root-ca-certificate-publisher controllers with the SA private key and CA.

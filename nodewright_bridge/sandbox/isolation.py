@@ -1,8 +1,8 @@
 """Run a command "on a simulated node" without letting it touch the real machine.
 
-Why: a chroot does not isolate mounts or kernel settings. Measured on this kind of machine, a public
-hardening role applied through a chroot connection mounted the real procfs at ``<root>/proc`` and
-its sysctl tasks then changed the test machine's own kernel. So every command that acts on a node
+Why: a chroot does not isolate mounts or kernel settings. A public hardening role applied through a
+chroot connection mounts the real procfs at ``<root>/proc``, and its sysctl tasks then change the
+machine's own kernel. So every command that acts on a node
 root runs here:
 
 - in its own mount, PID, UTS and IPC namespaces (``unshare``; propagation private, so nothing it

@@ -7,7 +7,7 @@ as PEM into one directory, private keys with mode 0600.
 
 The admin kubeconfig authenticates with a bearer token (``--token-auth-file``), as an in-cluster
 controller does with its ServiceAccount token: the API server verifies an x509 client certificate
-chain on every request, which was 8 % of its CPU in a 1,000-node rollout. The admin client
+chain on every request, about 8 % of its CPU in a 1,000-node rollout. The admin client
 certificate is still issued for tools that want one.
 """
 

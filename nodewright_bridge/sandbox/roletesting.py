@@ -2,9 +2,10 @@
 
 Why: the role author's dev loop (``nwb package test``) and our tests must exercise exactly what a
 node runs (``nwb-agent run``), but never against this machine. A chroot alone does not isolate
-mounts or sysctls (a hardening role once changed a test machine's kernel settings that way), so
-the agent runs under ``isolation.run_isolated`` (own mount/PID/UTS/IPC namespaces, a per-node
-``/proc/sys`` stand-in, private ``/sys``, ``/dev``, ``/run``) with the root as its ``NW_HOST_ROOT``.
+mounts or sysctls (a hardening role's sysctl tasks through a chroot change the machine's own
+kernel), so the agent runs under ``isolation.run_isolated`` (own mount/PID/UTS/IPC namespaces, a
+per-node ``/proc/sys`` stand-in, private ``/sys``, ``/dev``, ``/run``) with the root as its
+``NW_HOST_ROOT``.
 
 A role directory without ``nodewright-package.yaml`` is tested with the manifest ``nwb package
 init`` would write (nothing is written into the role).

@@ -1,4 +1,4 @@
-"""``nwb-agent``: the package image's entry point (CONTRACTS.md, "Node pod").
+"""``nwb-agent``: the package image's entry point (docs/node-pod-contract.md, "The pod").
 
 Why a separate, small console script: it runs inside every package pod, so it imports only the
 agent (not the controller, not the Kubernetes client) and starts fast. Its inputs come from env

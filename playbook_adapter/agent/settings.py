@@ -1,4 +1,4 @@
-"""The agent's inputs, read once from the pod environment (CONTRACTS.md, "Node pod").
+"""The agent's inputs, read once from the pod environment (docs/node-pod-contract.md, "The pod").
 
 Why one place: the node pod contract is a list of env vars and mounted paths; reading them in one
 frozen object keeps the rest of the agent free of ``os.environ`` and lets tests build settings for

@@ -1,4 +1,4 @@
-"""Benchmark: a rollout over 1,000 simulated nodes with the real controller (issue 5).
+"""Benchmark: a rollout over 1,000 simulated nodes with the real controller.
 
 One package whose pods take 10 s (simulate mode), an exponential policy. Prints:
 - total rollout time (CR created -> Ready=True) against the floor: the sum of the batch durations,
@@ -11,14 +11,14 @@ One package whose pods take 10 s (simulate mode), an exponential policy. Prints:
   started (the spread is API throughput: every start is a Node write, a Pod create and the
   kubelet's status write) and the gap between a batch's last pod ending and the next batch's
   first pod starting (noticing, planning and writing).
-Targets (issue 5): within 10 % of the floor, under 150 MB RSS, CR status under 20 KB.
+Targets: within 10 % of the floor, under 150 MB RSS, CR status under 20 KB.
 
 Run: ``.venv/bin/python tests/bench/bench_rollout_1000.py [--nodes 1000] [--seconds 10]``.
 Not collected by pytest (file name) and asserts nothing: it prints figures.
 
 The pods' 10 s come from the sandbox side: the benchmark's kubelet runner adds the
-``sandbox.nodewright.io/duration`` annotation (CONTRACTS.md) to every package pod it starts, so
-the controller's pod spec needs no sandbox-only hook.
+``sandbox.nodewright.io/duration`` annotation (docs/node-pod-contract.md, "In the sandbox") to
+every package pod it starts, so the controller's pod spec needs no sandbox-only hook.
 """
 
 from __future__ import annotations

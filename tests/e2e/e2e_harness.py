@@ -257,7 +257,7 @@ class World:
         self, name: str, spec: dict[str, Any], annotations: dict[str, str] | None = None
     ) -> dict[str, Any]:
         # chroot: the sandbox isolates each pod in its own PID namespace; nsenter would enter the
-        # pod's own view instead of the node root (ARCHITECTURE.md §7).
+        # pod's own view instead of the node root (docs/node-pod-contract.md, "In the sandbox").
         spec = {
             "nodeSelectors": {"matchLabels": dict(self.labels)},
             "hostConnection": "chroot",

@@ -222,7 +222,7 @@ def test_a_node_leaving_a_runtime_required_cr_loses_the_taint_unless_another_sti
             },
         },
     )
-    # Disabled and incomplete: it keeps the taint on its node (reference §6.3).
+    # Disabled and incomplete: it keeps the taint on its node (as in NodeWright).
     world.apply_cr(
         holder,
         {

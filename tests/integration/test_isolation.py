@@ -1,9 +1,10 @@
 """Per-node isolation: what a role does to a simulated node never reaches the real machine.
 
-The proof for the hazard measured on this kind of machine (see verified-here.md): a role that
-mounts /proc with hidepid (like a common hardening role) and sets sysctls, run with real
-ansible-runner and the community.general.chroot connection into a node root, changes only that
-node: the machine's /proc/sys values stay as they were and no mount is left behind. And, as on a
+The hazard: through a chroot alone, a role's mounts and sysctls reach the machine's own kernel.
+The proof that they do not here: a role that mounts /proc with hidepid (like a common hardening
+role) and sets sysctls, run with real ansible-runner and the community.general.chroot connection
+into a node root, changes only that node: the machine's /proc/sys values stay as they were and no
+mount is left behind. And, as on a
 real node, /proc, /sys, /dev, /dev/shm, /run and /tmp are mount points in every view, so a
 hardening role's remounts of /run and /dev/shm work there, again without touching the machine.
 Even a remount without ``bind`` (which reconfigures the file system behind a mount) reaches only

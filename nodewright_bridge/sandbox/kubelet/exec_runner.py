@@ -3,7 +3,7 @@
 Why: it runs the real agent and real Ansible against a real root filesystem without building or
 pulling images - the quickest faithful way to run package pods in tests and the demo.
 
-How a pod maps onto the machine (CONTRACTS.md, "Sandbox kubelet pod classes"):
+How a pod maps onto the machine (docs/node-pod-contract.md, "In the sandbox"):
 - the command runs from this repo's venv (its ``bin`` first on PATH, so ``nwb-agent`` resolves)
   in ``isolation.View.CONTAINER``: ``/`` is a throw-away overlay over the real ``/`` (so mount
   points can exist without touching the machine, and stray writes vanish), in the node's own
@@ -43,7 +43,7 @@ from nodewright_bridge.sandbox.kubelet.runners import (
 
 logger = logging.getLogger(__name__)
 
-# Where a package image keeps its package (CONTRACTS.md "Package image layout").
+# Where a package image keeps its package (docs/node-pod-contract.md, "Package image").
 PACKAGE_MOUNT = "/nodewright/package"
 DEFAULT_PACKAGE_COMMAND = ("nwb-agent",)
 # The kubelet keeps at most this much of a termination message (as Kubernetes does).

@@ -178,7 +178,8 @@ class Kubelet:
         workload_runner: ContainerRunner | None = None,
     ) -> None:
         """``runner`` runs package pods (label app.kubernetes.io/managed-by=nodewright-bridge);
-        ``workload_runner`` (default: simulate) runs every other pod, per CONTRACTS.md."""
+        ``workload_runner`` (default: simulate) runs every other pod (docs/node-pod-contract.md,
+        "In the sandbox")."""
         self.api = api
         self.runner = runner
         self.workload_runner: ContainerRunner = workload_runner or SimulateRunner()

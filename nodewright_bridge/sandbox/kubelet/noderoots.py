@@ -26,7 +26,8 @@ ISOLATION_SUBDIR = "isolation"
 
 
 def reboot_command(host_root: str) -> str:
-    """``NW_REBOOT_COMMAND`` for a pod that sees the node root at ``host_root`` (CONTRACTS.md)."""
+    """``NW_REBOOT_COMMAND`` for a pod that sees the node root at ``host_root``: it writes the
+    node's reboot-request file (docs/node-pod-contract.md, "In the sandbox")."""
     request = f"{host_root.rstrip('/')}/{REBOOT_REQUEST_PATH}"
     return f"sh -c 'mkdir -p \"$(dirname {request})\" && date > {request}'"
 

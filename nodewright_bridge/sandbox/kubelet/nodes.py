@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Inside the node's root: the file the agent's NW_REBOOT_COMMAND creates (see CONTRACTS.md).
+# Inside the node's root: the file the agent's NW_REBOOT_COMMAND creates; the kubelet then
+# reboots the node (docs/node-pod-contract.md, "In the sandbox").
 REBOOT_REQUEST_PATH = "run/nodewright-sim/reboot-requested"
 
 

@@ -36,7 +36,8 @@ from lifecycle import durations
 from lifecycle.results import AgentResult
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode
 
-# Pods with this label are package pods (CONTRACTS.md "Sandbox kubelet pod classes").
+# Pods with this label are package pods; all others are workload pods (docs/node-pod-contract.md,
+# "In the sandbox").
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "nodewright-bridge"
 DURATION_ANNOTATION = "sandbox.nodewright.io/duration"

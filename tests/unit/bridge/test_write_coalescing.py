@@ -1,5 +1,5 @@
-"""Pure helpers behind the controller's fewer writes and fewer reconciles (issue 5): merging a
-node's merge patches into one, and telling an update that changed nothing we cache."""
+"""Pure helpers behind the controller's fewer writes and fewer reconciles: merging a node's merge
+patches into one, and telling an update that changed nothing we cache."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Batch sizing, batch evaluation and reset resolution (reference §5.4, §5.5)."""
+"""Batch sizing, batch evaluation and reset resolution."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Compartment construction, ceilings and the overlap tie-break (reference §5.1-§5.3)."""
+"""Compartment construction, ceilings and the overlap tie-break (NodeWright's rules)."""
 
 from __future__ import annotations
 

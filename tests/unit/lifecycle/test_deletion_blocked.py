@@ -1,6 +1,6 @@
-"""DeletionBlocked (reference §2.9): a CR being deleted while paused or disabled, with uninstall
-work pending, or while a node's state annotation does not parse, says so instead of looking hung;
-the condition clears once it is unblocked."""
+"""DeletionBlocked (reasons as in NodeWright): a CR being deleted while paused or disabled, with
+uninstall work pending, or while a node's state annotation does not parse, says so instead of
+looking hung; the condition clears once it is unblocked."""
 
 from __future__ import annotations
 

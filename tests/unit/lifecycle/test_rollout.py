@@ -1,7 +1,8 @@
-"""The rollout planner: batches, membership, picking order, failures, restarts (reference §5, §6).
+"""The rollout planner: batches, membership, picking order, failures, restarts.
 
-Every worked example of reference §5.6 is here, driven through ``lifecycle.simulation`` (which
-calls ``plan_rollout`` step by step), plus hypothesis properties over random policies and fleets.
+NodeWright's worked batching examples are here (legacy budgets, linear, exponential, failures,
+batchThreshold, late failures), driven through ``lifecycle.simulation`` (which calls
+``plan_rollout`` step by step), plus hypothesis properties over random policies and fleets.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def with_policy(default: dict[str, Any], **kw: Any) -> tuple[NodeWright, Deploym
 
 
 # ------------------------------------------------------------------------------------------------
-# Worked examples (reference §5.6)
+# Worked examples (NodeWright's, with our differences)
 # ------------------------------------------------------------------------------------------------
 
 
@@ -147,7 +148,7 @@ FAILURE_STRATEGY = {"growthFactor": 2, "batchThreshold": 100, "safetyLimit": 50}
 
 
 def test_failure_example_moves_on_with_a_halved_batch_instead_of_waiting() -> None:
-    """Reference §5.6 failure example, adapted to our non-sticky rule.
+    """NodeWright's failure example, adapted to our non-sticky rule.
 
     Exponential on 20 nodes, failureThreshold 2: batches 1 and 2 succeed, batch 3 (4 nodes) has
     one failure -> 75% < 100 -> failed; progress 7/20 = 35% < 50 -> consecutiveFailures 1, no

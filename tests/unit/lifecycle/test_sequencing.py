@@ -1,4 +1,4 @@
-"""Priority and sequencing between CRs; pause and disable (reference §6.1, §6.2)."""
+"""Priority and sequencing between CRs; pause and disable (NodeWright's rules)."""
 
 from __future__ import annotations
 

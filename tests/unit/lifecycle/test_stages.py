@@ -1,4 +1,5 @@
-"""The per-node stage planner: one test per rule, chainsaw single-node flows as a table."""
+"""The per-node stage planner: one test per rule, NodeWright's chainsaw e2e single-node flows as a
+table."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def with_spec(world: World, packages: dict[str, dict[str, Any]], **spec: Any) ->
 
 
 # --------------------------------------------------------------------------------------------
-# Chainsaw single-node flows (reference §10) as a table
+# The single-node flows of NodeWright's chainsaw e2e suite, as a table
 # --------------------------------------------------------------------------------------------
 
 FLOWS: list[tuple[str, dict[str, dict[str, Any]], list[tuple[str, tuple[str, ...]]]]] = [

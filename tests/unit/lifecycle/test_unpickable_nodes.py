@@ -1,5 +1,5 @@
 """A node the rollout planner will never pick (ignore label, untolerated taint) reports
-``blocked`` with the reason instead of ``waiting`` (reference §6.4, §6.5); work already running
+``blocked`` with the reason instead of ``waiting`` (as NodeWright does); work already running
 on it is not affected."""
 
 from __future__ import annotations
