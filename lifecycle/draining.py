@@ -2,7 +2,8 @@
 
 Pure: the controller turns API objects into the small views below, asks these functions, and the
 executor does the evictions. Keeping the rules here means ``nwb plan`` can tell, before anything is
-applied, which PDBs would block which nodes (ARCHITECTURE.md "beyond" items 4 and 9).
+applied, which PDBs would block which nodes (docs/architecture.md, "Drain and
+PodDisruptionBudgets").
 
 Rules (what an operator of a GPU fleet expects from ``kubectl drain``, plus our own pods):
 - DaemonSet pods are skipped: their controller would recreate them on the same node at once.

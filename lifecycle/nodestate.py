@@ -1,6 +1,6 @@
 """Per-node bookkeeping stored on the Node object (the source of truth; survives restarts).
 
-Keys (ARCHITECTURE.md §4):
+Keys (docs/architecture.md, "Node bookkeeping"):
 - annotation ``bridge.nodewright.io/state-<cr>``: ``{"<pkg>|<ver>": PackageState}`` compact JSON
 - label + annotation ``bridge.nodewright.io/status-<cr>``: node status for that CR
 - annotation ``bridge.nodewright.io/cordon``: ``{"holders": [...], "wasUnschedulable": bool}``

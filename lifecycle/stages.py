@@ -6,7 +6,8 @@ the node's status for the CR and an ordered tuple of idempotent actions (``lifec
 The function is pure and deterministic, so the controller can call it on every reconcile and
 ``nwb plan`` can show what each node would do.
 
-Stage graph (NodeWright's, reference §2.2-§2.8)::
+Stage graph (as NodeWright walks it; docs/architecture.md, "The per-node stage graph and
+interrupts")::
 
     install:    [cordon, wait, drain] -> apply+config -> [interrupt -> post-interrupt] -> [uncordon]
     upgrade:    [cordon, wait, drain] -> upgrade+config -> [interrupt -> post-interrupt] -> ...
@@ -25,7 +26,7 @@ package without an entry at the spec version: an older version installed means u
 are removed once the upgrade succeeds), only newer ones means a downgrade, done as a fresh apply
 that keeps the newer key as a marker.
 
-Where we differ from NodeWright (ARCHITECTURE.md §5 "beyond"):
+Where we differ from NodeWright (docs/architecture.md, "Where we differ from NodeWright"):
 - New work (first install, upgrade, config change, uninstall, a retry after a spec fix) starts only
   when ``allowed_to_start`` or the node is already in progress for this CR; work in flight goes on.
 - A package starts only when all of its dependencies are complete on this node.
@@ -291,6 +292,7 @@ def rfc3339(moment: datetime) -> str:
 
 
 def parse_time(text: str) -> datetime | None:
+    """An RFC 3339 / ISO 8601 time (``Z`` or an offset; naive means UTC), or None."""
     if not text:
         return None
     try:
@@ -356,7 +358,7 @@ def plan_node(inp: NodeInput) -> NodePlan:
 
 
 def _plan_disabled(inp: NodeInput) -> NodePlan:
-    """Disabled: pods in flight are still observed, as under pause (reference §6.2).
+    """Disabled: pods in flight are still observed, as under pause.
 
     Their results and failures are recorded and deadlines kept, so re-enabling never finds a
     stale entry; nothing new starts (no pod, stage, cordon, drain or retry) and the cordon we hold

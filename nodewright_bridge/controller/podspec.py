@@ -1,4 +1,4 @@
-"""Build the node pods and their ConfigMaps (ARCHITECTURE.md §6, helper-notes CONTRACTS).
+"""Build the node pods and their ConfigMaps (docs/node-pod-contract.md, "The pod").
 
 A node pod is bound to its node with ``spec.nodeName`` (the scheduler never sees it), runs once
 (``restartPolicy: Never``; the controller owns retries and their back-off), is privileged with the
@@ -126,77 +126,14 @@ def build_pod(req: PodRequest) -> dict[str, Any]:
             args += ["--services", ",".join(req.interrupt_services)]
     else:
         args = ["run", "--stages", ",".join(req.stages)]
-    env: list[dict[str, Any]] = [
-        {"name": "NW_CR", "value": cr_name},
-        {"name": "NW_PACKAGE", "value": req.package_name},
-        {"name": "NW_VERSION", "value": package.version},
-        {"name": "NW_PREVIOUS_VERSION", "value": req.previous_version},
-        {"name": "NW_NODE", "value": req.node},
-        {"name": "NW_NODE_ORDER", "value": str(req.node_order)},
-        {"name": "NW_RESOURCE_ID", "value": req.resource_id},
-        {"name": "NW_HOST_ROOT", "value": HOST_MOUNT},
-        {"name": "NW_HOST_CONNECTION", "value": cr.spec.host_connection.value},
-    ]
-    if package.interrupt is None and not req.interrupt_type:
-        # The role decides: its restart handlers become requests the controller performs on a
-        # drained node. A CR that sets the interrupt owns it, and handlers then act in place.
-        env.append({"name": "NW_DEFER_RESTARTS", "value": "true"})
-    if not req.interrupt_type:
-        # Tag names are validated comma-free, so joining them loses nothing.
-        for name, tags in (("NW_TAGS", package.tags), ("NW_SKIP_TAGS", package.skip_tags)):
-            if tags:
-                env.append({"name": name, "value": ",".join(tags)})
-    env += [e.to_wire() for e in package.env]
-    volumes: list[dict[str, Any]] = [
-        {"name": "host", "hostPath": {"path": "/", "type": "Directory"}},
-        {
-            "name": "vars",
-            "configMap": {
-                "name": vars_configmap_name(
-                    cr_name, req.package_name, package.version, vars_hash(package)
-                ),
-                "items": [{"key": "vars.json", "path": "vars.json"}],
-            },
-        },
-    ]
-    mounts: list[dict[str, Any]] = [
-        {"name": "host", "mountPath": HOST_MOUNT, "mountPropagation": "HostToContainer"},
-        {"name": "vars", "mountPath": VARS_MOUNT, "readOnly": True},
-    ]
-    if package.config_map:
-        volumes.append(
-            {
-                "name": "config",
-                "configMap": {
-                    "name": vars_configmap_name(
-                        cr_name, req.package_name, package.version, vars_hash(package)
-                    ),
-                    "items": [
-                        {"key": f"config.{k}", "path": k} for k in sorted(package.config_map)
-                    ],
-                },
-            }
-        )
-        mounts.append({"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True})
-    for i, ref in enumerate(package.secret_vars):
-        secret: dict[str, Any] = {"secretName": ref.secret_name}
-        if ref.key:
-            secret["items"] = [{"key": ref.key, "path": ref.key}]
-        volumes.append({"name": f"secret-{i}", "secret": secret})
-        mounts.append(
-            {
-                "name": f"secret-{i}",
-                "mountPath": f"{SECRETS_MOUNT}/{ref.secret_name}",
-                "readOnly": True,
-            }
-        )
+    volumes, mounts = _volumes(req, package)
     container: dict[str, Any] = {
         "name": "agent",
         "image": image_reference(package),
         "imagePullPolicy": "IfNotPresent",
         "command": ["nwb-agent"],
         "args": args,
-        "env": env,
+        "env": _env(req, package),
         "volumeMounts": mounts,
         "securityContext": {"privileged": True},
         "terminationMessagePath": "/dev/termination-log",
@@ -242,6 +179,72 @@ def build_pod(req: PodRequest) -> dict[str, Any]:
         },
         "spec": spec,
     }
+
+
+def _env(req: PodRequest, package: Package) -> list[dict[str, Any]]:
+    """The node pod contract's env (docs/node-pod-contract.md), then the package's own."""
+    cr = req.cr
+    env: list[dict[str, Any]] = [
+        {"name": "NW_CR", "value": cr.metadata.name},
+        {"name": "NW_PACKAGE", "value": req.package_name},
+        {"name": "NW_VERSION", "value": package.version},
+        {"name": "NW_PREVIOUS_VERSION", "value": req.previous_version},
+        {"name": "NW_NODE", "value": req.node},
+        {"name": "NW_NODE_ORDER", "value": str(req.node_order)},
+        {"name": "NW_RESOURCE_ID", "value": req.resource_id},
+        {"name": "NW_HOST_ROOT", "value": HOST_MOUNT},
+        {"name": "NW_HOST_CONNECTION", "value": cr.spec.host_connection.value},
+    ]
+    if package.interrupt is None and not req.interrupt_type:
+        # The role decides: its restart handlers become requests the controller performs on a
+        # drained node. A CR that sets the interrupt owns it, and handlers then act in place.
+        env.append({"name": "NW_DEFER_RESTARTS", "value": "true"})
+    if not req.interrupt_type:
+        # Tag names are validated comma-free, so joining them loses nothing.
+        for name, tags in (("NW_TAGS", package.tags), ("NW_SKIP_TAGS", package.skip_tags)):
+            if tags:
+                env.append({"name": name, "value": ",".join(tags)})
+    return env + [e.to_wire() for e in package.env]
+
+
+def _volumes(
+    req: PodRequest, package: Package
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The host root, the vars (and configMap files) and each secretVars Secret, mounted."""
+    config_map = vars_configmap_name(
+        req.cr.metadata.name, req.package_name, package.version, vars_hash(package)
+    )
+    volumes: list[dict[str, Any]] = [
+        {"name": "host", "hostPath": {"path": "/", "type": "Directory"}},
+        {
+            "name": "vars",
+            "configMap": {
+                "name": config_map,
+                "items": [{"key": "vars.json", "path": "vars.json"}],
+            },
+        },
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "host", "mountPath": HOST_MOUNT, "mountPropagation": "HostToContainer"},
+        {"name": "vars", "mountPath": VARS_MOUNT, "readOnly": True},
+    ]
+    if package.config_map:
+        items = [{"key": f"config.{k}", "path": k} for k in sorted(package.config_map)]
+        volumes.append({"name": "config", "configMap": {"name": config_map, "items": items}})
+        mounts.append({"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True})
+    for i, ref in enumerate(package.secret_vars):
+        secret: dict[str, Any] = {"secretName": ref.secret_name}
+        if ref.key:
+            secret["items"] = [{"key": ref.key, "path": ref.key}]
+        volumes.append({"name": f"secret-{i}", "secret": secret})
+        mounts.append(
+            {
+                "name": f"secret-{i}",
+                "mountPath": f"{SECRETS_MOUNT}/{ref.secret_name}",
+                "readOnly": True,
+            }
+        )
+    return volumes, mounts
 
 
 def _package_name(cr: NodeWright, package: Package) -> str:

@@ -22,10 +22,7 @@ One reconcile of CR ``name`` (it never learns which event caused it):
 Restart safety comes from the planners' ordering (the node state is written before any pod acts
 on it), the executor's conditional Node writes, and the stale-node guard of the observe step.
 
-Event mapping (``keys_for``) stays cheap at thousands of nodes: a Node or workload Pod maps to the
-CRs that target the node (label match against a parsed-CR cache); our pods carry their CR as a
-label; PDB changes map to every CR (there are few CRs); policies and Secrets to the CRs that
-name them.
+Event mapping (``keys_for``) lives in ``event_mapping``.
 """
 
 from __future__ import annotations
@@ -37,11 +34,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from lifecycle import aggregation, releasing, rollout, selectors
-from lifecycle.nodestate import batch_annotation, state_annotation, status_key
+from lifecycle import aggregation, releasing, rollout
+from lifecycle.nodestate import status_key
 from lifecycle.spec import DeploymentPolicy, NodeWright
 from lifecycle.status import NodeWrightStatus, Status
-from nodewright_bridge.controller import deleting, observing, planning, snapshot
+from nodewright_bridge.controller import deleting, event_mapping, observing, planning, snapshot
 from nodewright_bridge.controller.executor import Executor
 from nodewright_bridge.controller.node_writes import NodeWork, Outcome
 from nodewright_bridge.controller.productmetrics import ProductMetrics
@@ -167,50 +164,8 @@ class NodeWrightReconciler:
     # -- event mapping -----------------------------------------------------------------------
 
     def keys_for(self, informer: str, obj: Mapping[str, Any]) -> Iterable[str]:
-        if informer == caches.NODEWRIGHTS:
-            name = str(snapshot.meta_of(obj).get("name", ""))
-            parsed = self._parse(obj) if obj.get("spec") is not None else None
-            later = []
-            if isinstance(parsed, NodeWright):
-                order = (parsed.spec.priority, name)
-                later = [
-                    c.metadata.name
-                    for c in self._all_crs()
-                    if (c.spec.priority, c.metadata.name) > order
-                ]
-            return [name, *later]
-        if informer == caches.PACKAGE_PODS:
-            cr = snapshot.labels_of(obj).get(snapshot.LABEL_CR)
-            return [cr] if cr else []
-        if informer == caches.POLICIES:
-            policy = str(snapshot.meta_of(obj).get("name", ""))
-            return [c.metadata.name for c in self._all_crs() if c.spec.deployment_policy == policy]
-        if informer == caches.PDBS:
-            return [c.metadata.name for c in self._all_crs()]
-        if informer == caches.SECRETS:
-            secret = str(snapshot.meta_of(obj).get("name", ""))
-            return [c.metadata.name for c in self._all_crs() if _uses_secret(c, secret)]
-        if informer == caches.NODES:
-            return self._crs_for_node(obj)
-        if informer == caches.PODS:
-            node_name = (obj.get("spec") or {}).get("nodeName")
-            node = self._stores.nodes.get(node_name) if node_name else None
-            return self._crs_for_node(node) if node is not None else []
-        return []
-
-    def _crs_for_node(self, node: Mapping[str, Any]) -> list[str]:
-        labels = snapshot.labels_of(node)
-        annotations = snapshot.annotations_of(node)
-        out = []
-        for cr in self._all_crs():
-            name = cr.metadata.name
-            if (
-                selectors.matches(cr.spec.node_selectors, labels)
-                or state_annotation(name) in annotations
-                or batch_annotation(name) in annotations
-            ):
-                out.append(name)
-        return out
+        """The CRs an informer event may concern (see ``event_mapping``)."""
+        return event_mapping.keys_for(informer, obj, self._stores, self._parse, self._all_crs)
 
     # -- reconcile ---------------------------------------------------------------------------
 
@@ -487,12 +442,6 @@ class NodeWrightReconciler:
 
 
 # ---- module helpers ----------------------------------------------------------------------------
-
-
-def _uses_secret(cr: NodeWright, secret: str) -> bool:
-    return any(
-        ref.secret_name == secret for pkg in cr.spec.packages.values() for ref in pkg.secret_vars
-    )
 
 
 def _old_status(obj: Mapping[str, Any]) -> NodeWrightStatus:

@@ -23,12 +23,12 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from lifecycle import draining, releasing, results, selectors
+from lifecycle import draining, releasing, results, selectors, stages
 from lifecycle.errors import SpecError
 from lifecycle.nodestate import (
     CORDON_ANNOTATION,
@@ -95,13 +95,8 @@ def parse_policy(obj: Mapping[str, Any]) -> DeploymentPolicy | None:
 
 
 def parse_time(text: object) -> datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    """An RFC 3339 time of an API object (``Z`` or an offset), or None: the planner's parser."""
+    return stages.parse_time(text) if isinstance(text, str) else None
 
 
 def parse_state(text: str | None) -> dict[str, PackageState]:

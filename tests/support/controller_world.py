@@ -4,6 +4,7 @@ end when a test says so, and every request is recorded in order."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -12,7 +13,7 @@ from lifecycle.results import AgentResult
 from nodewright_bridge.controller import snapshot
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.controller.reconciler import NodeWrightReconciler
-from nodewright_bridge.k8s import caches, resources, slimming, store
+from nodewright_bridge.k8s import caches, resources
 from nodewright_bridge.k8s.events import EventRecorder
 from nodewright_bridge.k8s.patching import Writer
 from nodewright_bridge.runtime.reconciling import Result
@@ -48,18 +49,7 @@ class ControllerWorld:
     def __init__(self) -> None:
         self.api = InMemoryApi()
         self.clock = FakeClock()
-        by_node = {caches.BY_NODE: store.by_node_name}
-        self.stores = snapshot.Stores(
-            nodes=store.Store(),
-            pods=store.Store(by_node),
-            package_pods=store.Store(
-                {caches.BY_NODE: store.by_node_name, caches.BY_CR: store.by_label(caches.CR_LABEL)}
-            ),
-            pdbs=store.Store({caches.BY_NAMESPACE: store.by_namespace}),
-            nodewrights=store.Store(),
-            policies=store.Store(),
-            secrets=store.Store(),
-        )
+        self.stores = snapshot.stores_from()
         self.reconciler = NodeWrightReconciler(
             rest=self.api,
             writer=Writer(self.api),
@@ -102,37 +92,25 @@ class ControllerWorld:
             self.api.put(resources.PODS, pod)
 
     def sync(self) -> None:
-        """Refill the caches from the API's objects, slimmed as the informers slim them."""
-        stores = self.stores
-        for cache in (
-            stores.nodes,
-            stores.pods,
-            stores.package_pods,
-            stores.pdbs,
-            stores.nodewrights,
-            stores.policies,
-            stores.secrets,
-        ):
-            cached = cache.keys()  # a copy: deleting while walking it is safe
-            for key in cached:
-                cache.delete(key)
+        """Refill the caches from the API's objects, decoded as the informers decode them."""
+        by_kind: dict[str, list[dict[str, Any]]] = {}
         for path, obj in self.api.objects.items():
-            kind = path.split("/")[-2]
-            key = store.object_key(obj)
-            if kind == "nodes":
-                stores.nodes.put(key, slimming.slim_node(obj))
-            elif kind == "pods":
-                ours = obj["metadata"].get("labels", {}).get(caches.MANAGED_BY_LABEL)
-                cache = stores.package_pods if ours == caches.MANAGED_BY_VALUE else stores.pods
-                cache.put(key, slimming.slim_pod(obj))
-            elif kind == "poddisruptionbudgets":
-                stores.pdbs.put(key, obj)
-            elif kind == "nodewrights":
-                stores.nodewrights.put(key, obj)
-            elif kind == "deploymentpolicies":
-                stores.policies.put(key, obj)
-            elif kind == "secrets":
-                stores.secrets.put(key, slimming.slim_secret(obj))
+            by_kind.setdefault(path.split("/")[-2], []).append(obj)
+        fresh = snapshot.stores_from(
+            nodes=by_kind.get("nodes", ()),
+            pods=by_kind.get("pods", ()),
+            pdbs=by_kind.get("poddisruptionbudgets", ()),
+            nodewrights=by_kind.get("nodewrights", ()),
+            policies=by_kind.get("deploymentpolicies", ()),
+            secrets=by_kind.get("secrets", ()),
+        )
+        for field in fields(snapshot.Stores):
+            mine, theirs = getattr(self.stores, field.name), getattr(fresh, field.name)
+            old_keys, new_keys = mine.keys(), theirs.keys()  # copies
+            for key in old_keys:
+                mine.delete(key)
+            for key in new_keys:
+                mine.put(key, theirs.get(key))
 
     def step(self, cr: str) -> Result:
         """Sync the caches and reconcile ``cr`` once."""

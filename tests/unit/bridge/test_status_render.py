@@ -10,7 +10,12 @@ from rich.console import Console
 
 from lifecycle.spec import LabelSelector
 from nodewright_bridge.commands import rolloutview
-from nodewright_bridge.commands.rolloutview import build_view, progress_lines, render, selector_string
+from nodewright_bridge.commands.rolloutview import (
+    build_view,
+    progress_lines,
+    render,
+    selector_string,
+)
 
 CR_NAME = "gpu-tuning"
 P = "bridge.nodewright.io/"
