@@ -12,7 +12,6 @@ The tree::
 
     NodewrightError                  root of everything nodewright_bridge raises on purpose
      ├── ConfigurationError          no usable kubeconfig / in-cluster config, bad flag value
-     ├── NoReconcilerError           ``nwb controller`` has no reconciler to run
      ├── LeadershipLostError         a write was attempted after this replica stopped leading
      └── ApiError                    the API server refused or could not be reached
           │                          (``.status``, ``.reason``, ``.message``, ``.retryable``,
@@ -59,10 +58,6 @@ class NodewrightError(Exception):
 
 class ConfigurationError(NodewrightError):
     """No usable cluster configuration (kubeconfig, context, in-cluster service account)."""
-
-
-class NoReconcilerError(NodewrightError):
-    """The controller was asked to run but no reconciler is registered."""
 
 
 class LeadershipLostError(NodewrightError):

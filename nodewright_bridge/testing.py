@@ -23,7 +23,7 @@ JsonObject = dict[str, Any]
 
 
 class FakeClock:
-    """A :class:`nodewright_bridge.runtime.clock.Clock` that only moves when told to.
+    """A :class:`nodewright_bridge.clock.Clock` that only moves when told to.
 
     Thread-safe, so a test can advance it while a queue or elector reads it.
     """

@@ -7,15 +7,16 @@ same way; the ``--kubeconfig``/``--context`` options read the same everywhere.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from nodewright_bridge.errors import ConfigurationError
-from nodewright_bridge.k8s import resources
-from nodewright_bridge.k8s.client import ClientSettings, build_api_client
-from nodewright_bridge.k8s.rest import Rest
-from nodewright_bridge.metrics import Metrics
+
+if TYPE_CHECKING:  # the Kubernetes client loads only when a command connects (plan is offline)
+    from nodewright_bridge.k8s import resources
+    from nodewright_bridge.k8s.rest import Rest
+    from nodewright_bridge.metrics import Metrics
 
 JsonObject = dict[str, Any]
 # Objects per list page: large lists (thousands of Nodes) come in a few requests, each small
@@ -59,6 +60,9 @@ def kube_options(help_prefix: str = "") -> Callable[[F], F]:
 
 def connect(kubeconfig: str | None, context: str | None, metrics: Metrics | None = None) -> Rest:
     """A REST client for the cluster; a bad kubeconfig is bad input (exit 2)."""
+    from nodewright_bridge.k8s.client import ClientSettings, build_api_client  # noqa: PLC0415
+    from nodewright_bridge.k8s.rest import Rest  # noqa: PLC0415 - see the TYPE_CHECKING note
+
     try:
         return Rest(build_api_client(ClientSettings(kubeconfig, context), metrics=metrics))
     except ConfigurationError as exc:

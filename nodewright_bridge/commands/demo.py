@@ -40,6 +40,7 @@ import click
 import yaml
 from rich.console import Console
 
+from nodewright_bridge.commands import common
 from nodewright_bridge.commands import status as status_cmd
 from nodewright_bridge.errors import AlreadyExistsError, ApiError, NotFoundError
 from nodewright_bridge.k8s import resources
@@ -457,7 +458,7 @@ def run_demo(
             state / "sandbox", nodes=nodes, mode=mode, image_map=image_map, say=say
         )
     kubeconfig = str(sandbox["kubeconfig"])
-    rest = status_cmd.connect(kubeconfig, None)
+    rest = common.connect(kubeconfig, None)
     label_nodes(rest, list(sandbox.get("nodes") or []), per_group)
     steps.step(
         ("sandbox reused" if reused else "sandbox started")
@@ -573,7 +574,7 @@ def command(  # noqa: PLR0917 - click passes options positionally
             timeout=timeout,
             console=console,
         )
-    except (DemoError, status_cmd.StatusError) as exc:
+    except (DemoError, common.CommandError) as exc:
         console.print(f"demo failed: {exc}", style="red", highlight=False, markup=False)
         raise click.exceptions.Exit(1) from None
     except PackageError as exc:

@@ -32,6 +32,7 @@ from lifecycle.errors import SpecError
 from lifecycle.rollout import NodeView
 from lifecycle.spec import DeploymentPolicy, NodeWright
 from lifecycle.status import Status
+from nodewright_bridge.commands import common
 
 # Simulated start time: fixed so that the same files always give the same plan (only BatchRecord
 # timestamps carry it, and they are not printed).
@@ -320,7 +321,7 @@ def _plan_live(
     kube_context: str | None,
 ) -> None:
     """``--live``: CR from -f or --name, nodes, their state and PDBs from the cluster."""
-    from nodewright_bridge.commands import plan_live, status  # noqa: PLC0415 - needs the client
+    from nodewright_bridge.commands import plan_live  # noqa: PLC0415 - needs the client
 
     if (cr_path is None) == (name is None):
         raise BadInputError(["--live: give exactly one of -f CR.yaml or --name NAME"])
@@ -341,7 +342,7 @@ def _plan_live(
     if cr is not None and policy is not None:
         check_inputs(cr, policy, [], (), policy_path=policy_path)
     try:
-        rest = status.connect(kubeconfig, kube_context)
+        rest = common.connect(kubeconfig, kube_context)
         inputs, sim = plan_live.plan(
             rest,
             file_cr=cr,
@@ -350,7 +351,7 @@ def _plan_live(
             fail=fail,
             now=datetime.now(tz=UTC),
         )
-    except status.StatusError as exc:
+    except common.CommandError as exc:
         raise BadInputError([str(exc)]) from None
     except plan_live.LiveInputError as exc:
         raise BadInputError(exc.problems) from None
@@ -401,13 +402,7 @@ def _plan_live(
     show_default=True,
     help="Output format; json is stable for scripts.",
 )
-@click.option(
-    "--kubeconfig",
-    type=click.Path(dir_okay=False),
-    envvar="KUBECONFIG",
-    help="--live: kubeconfig file (default: in-cluster config, else ~/.kube/config).",
-)
-@click.option("--context", "kube_context", default=None, help="--live: kubeconfig context.")
+@common.kube_options(help_prefix="--live: ")
 def command(
     *,
     offline: bool,

@@ -34,7 +34,7 @@ from lifecycle.nodestate import state_annotation
 from lifecycle.rollout import NodeView
 from lifecycle.spec import DeploymentPolicy, NodeWright
 from lifecycle.status import BatchState, NodeWrightStatus, Status
-from nodewright_bridge.commands import status as status_cmd
+from nodewright_bridge.commands import common
 from nodewright_bridge.controller import observing, planning, podspec, snapshot
 from nodewright_bridge.controller.settled import SettledNodes
 from nodewright_bridge.errors import ApiError, NotFoundError
@@ -120,20 +120,20 @@ def read_inputs(
         cr, source = _load_cluster_cr(cluster_obj, cr_name), "cluster"
     policy = file_policy or _cluster_policy(rest, cr)
 
-    nodes = status_cmd.list_all(rest, resources.NODES)
+    nodes = common.list_all(rest, resources.NODES)
     targeted = observing.targeted(cr, nodes)
     if not targeted:
         raise LiveInputError(
             [f"spec.nodeSelectors: no node in the cluster is targeted by NodeWright {cr_name!r}"]
         )
-    others = [o for o in status_cmd.list_all(rest, resources.NODEWRIGHTS) if _name(o) != cr_name]
+    others = [o for o in common.list_all(rest, resources.NODEWRIGHTS) if _name(o) != cr_name]
     stores = snapshot.stores_from(
         nodes=nodes,
         pods=[
-            *status_cmd.list_all(rest, resources.PODS, field_selector=POD_FIELD_SELECTOR),
-            *status_cmd.list_all(rest, resources.PODS, namespace=podspec.NAMESPACE),
+            *common.list_all(rest, resources.PODS, field_selector=POD_FIELD_SELECTOR),
+            *common.list_all(rest, resources.PODS, namespace=podspec.NAMESPACE),
         ],
-        pdbs=status_cmd.list_all(rest, resources.PDBS),
+        pdbs=common.list_all(rest, resources.PDBS),
         nodewrights=others,
     )
     crs = [c for o in others if isinstance(c := snapshot.parse_nodewright(o), NodeWright)]

@@ -35,40 +35,29 @@ from rich.table import Table
 
 from lifecycle.nodestate import batch_annotation, state_annotation, status_key
 from nodewright_bridge.commands import rolloutview
-from nodewright_bridge.errors import ApiError, ConfigurationError, NotFoundError
+from nodewright_bridge.commands.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    PAGE_SIZE,
+    CommandError,
+    connect,
+    kube_options,
+    list_all,
+)
+from nodewright_bridge.errors import ApiError, NotFoundError
 from nodewright_bridge.k8s import resources
-from nodewright_bridge.k8s.client import ClientSettings, build_api_client
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.k8s.watching import Informer, InformerSpec
-from nodewright_bridge.runtime.metrics import Metrics
 
 JsonObject = dict[str, Any]
-PAGE_SIZE = 500
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
 SYNC_TIMEOUT_SECONDS = 60.0
 _OUTCOME_EXIT = {
     rolloutview.TERMINAL_OK: EXIT_OK,
     rolloutview.TERMINAL_STALLED: EXIT_FAILED,
     rolloutview.TERMINAL_DEGRADED: EXIT_FAILED,
 }
-
-
-class StatusError(Exception):
-    """A problem to print as one line, with the exit code to use."""
-
-    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def connect(kubeconfig: str | None, context: str | None, metrics: Metrics | None = None) -> Rest:
-    try:
-        return Rest(build_api_client(ClientSettings(kubeconfig, context), metrics=metrics))
-    except ConfigurationError as exc:
-        raise StatusError(str(exc), EXIT_BAD_INPUT) from None
 
 
 def wide_console() -> Console:
@@ -78,18 +67,6 @@ def wide_console() -> Console:
 
 
 # ---- one-shot reads -----------------------------------------------------------------------------
-
-
-def list_all(rest: Rest, resource: resources.Resource, **query: Any) -> list[JsonObject]:
-    """Every object of ``resource`` (paged)."""
-    items: list[JsonObject] = []
-    token: str | None = None
-    while True:
-        page = rest.list(resource, limit=PAGE_SIZE, continue_token=token, **query)
-        items += page.get("items") or []
-        token = (page.get("metadata") or {}).get("continue") or None
-        if not token:
-            return items
 
 
 def get_policy(rest: Rest, cr_obj: Mapping[str, Any]) -> JsonObject | None:
@@ -115,7 +92,7 @@ def read_view(rest: Rest, name: str) -> rolloutview.RolloutView:
     try:
         cr_obj = rest.get(resources.NODEWRIGHTS, name)
     except NotFoundError:
-        raise StatusError(f"NodeWright {name!r} not found") from None
+        raise CommandError(f"NodeWright {name!r} not found") from None
     policy = get_policy(rest, cr_obj)
     nodes = list_all(rest, resources.NODES, label_selector=node_selector(cr_obj))
     return rolloutview.build_view(cr_obj, nodes, policy_obj=policy)
@@ -127,7 +104,7 @@ def resolve_name(rest: Rest, name: str | None) -> str | list[JsonObject]:
         return name
     crs = list_all(rest, resources.NODEWRIGHTS)
     if not crs:
-        raise StatusError("no NodeWright found in the cluster")
+        raise CommandError("no NodeWright found in the cluster")
     if len(crs) == 1:
         return str(crs[0]["metadata"]["name"])
     return crs
@@ -203,7 +180,7 @@ class Watch:
         try:
             first = self.rest.get(resources.NODEWRIGHTS, self.name)
         except NotFoundError:
-            raise StatusError(f"NodeWright {self.name!r} not found") from None
+            raise CommandError(f"NodeWright {self.name!r} not found") from None
         self.policy = get_policy(self.rest, first)
         handler = _Changed(self.changed)
         self.cr = Informer(
@@ -230,7 +207,7 @@ class Watch:
         for informer in (self.cr, self.nodes):
             if not informer.wait_for_sync(SYNC_TIMEOUT_SECONDS):
                 self.stop()
-                raise StatusError(f"could not list {informer.spec.name} within 60s")
+                raise CommandError(f"could not list {informer.spec.name} within 60s")
 
     def view(self) -> rolloutview.RolloutView | None:
         """The current view, or None once the CR is gone."""
@@ -365,13 +342,7 @@ def watch(
     show_default=True,
     help="Node rows in the table; the rest are counted by status.",
 )
-@click.option(
-    "--kubeconfig",
-    type=click.Path(dir_okay=False),
-    envvar="KUBECONFIG",
-    help="Kubeconfig file (default: in-cluster config, else ~/.kube/config).",
-)
-@click.option("--context", "kube_context", default=None, help="Kubeconfig context to use.")
+@kube_options()
 def command(  # noqa: PLR0917 - click passes options positionally
     name: str | None,
     follow: bool,
@@ -393,7 +364,7 @@ def command(  # noqa: PLR0917 - click passes options positionally
         target = resolve_name(rest, name)
         if isinstance(target, list):
             if follow:
-                raise StatusError(
+                raise CommandError(
                     "several NodeWrights exist; name the one to watch: "
                     + ", ".join(sorted(str(c["metadata"]["name"]) for c in target)),
                     EXIT_BAD_INPUT,
@@ -421,7 +392,7 @@ def command(  # noqa: PLR0917 - click passes options positionally
             max_nodes=max_nodes,
             console=console,
         )
-    except StatusError as exc:
+    except CommandError as exc:
         click.echo(f"error: {exc}", err=True)
         raise click.exceptions.Exit(exc.code) from None
     except ApiError as exc:

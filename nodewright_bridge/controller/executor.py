@@ -34,6 +34,7 @@ from lifecycle.nodestate import CORDON_ANNOTATION, CordonRecord, state_annotatio
 from lifecycle.selectors import TaintEffect
 from lifecycle.spec import NodeWright
 from lifecycle.status import Status
+from nodewright_bridge.clock import Clock
 from nodewright_bridge.controller import snapshot
 from nodewright_bridge.controller.evicting import Evictions
 from nodewright_bridge.controller.node_writes import (
@@ -52,7 +53,6 @@ from nodewright_bridge.k8s.events import EventRecorder, EventType, ObjectRef
 from nodewright_bridge.k8s.foreground import Foreground
 from nodewright_bridge.k8s.patching import Writer
 from nodewright_bridge.k8s.rest import Rest
-from nodewright_bridge.runtime.clock import Clock
 
 logger = logging.getLogger(__name__)
 

@@ -17,13 +17,13 @@ from typing import Any
 
 from lifecycle import actions
 from lifecycle.spec import NodeWright
+from nodewright_bridge.clock import Clock
 from nodewright_bridge.controller import podspec
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.errors import AlreadyExistsError
 from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.patching import Writer
 from nodewright_bridge.k8s.rest import Rest
-from nodewright_bridge.runtime.clock import Clock
 
 logger = logging.getLogger(__name__)
 

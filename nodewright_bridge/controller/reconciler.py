@@ -38,6 +38,7 @@ from lifecycle import aggregation, releasing, rollout
 from lifecycle.nodestate import status_key
 from lifecycle.spec import DeploymentPolicy, NodeWright
 from lifecycle.status import NodeWrightStatus, Status
+from nodewright_bridge.clock import Clock
 from nodewright_bridge.controller import deleting, event_mapping, observing, planning, snapshot
 from nodewright_bridge.controller.executor import Executor
 from nodewright_bridge.controller.node_writes import NodeWork, Outcome
@@ -49,7 +50,6 @@ from nodewright_bridge.k8s.events import EventRecorder
 from nodewright_bridge.k8s.foreground import Foreground
 from nodewright_bridge.k8s.patching import Writer, has_finalizer
 from nodewright_bridge.k8s.rest import Rest
-from nodewright_bridge.runtime.clock import Clock
 from nodewright_bridge.runtime.reconciling import Result
 
 logger = logging.getLogger(__name__)

@@ -23,11 +23,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
+from nodewright_bridge.clock import Clock
 from nodewright_bridge.k8s import resources, slimming, store
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.k8s.watching import Informer, InformerSpec
-from nodewright_bridge.runtime.clock import Clock
-from nodewright_bridge.runtime.metrics import Metrics
+from nodewright_bridge.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 

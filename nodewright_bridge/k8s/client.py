@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from nodewright_bridge.errors import ConfigurationError
-from nodewright_bridge.runtime.metrics import Metrics
+from nodewright_bridge.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 

@@ -33,12 +33,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nodewright_bridge.clock import Clock, micro_time
 from nodewright_bridge.errors import ApiError, LeadershipLostError, NotFoundError
 from nodewright_bridge.k8s.foreground import Foreground
 from nodewright_bridge.k8s.resources import EVENTS
 from nodewright_bridge.k8s.rest import PatchType, Rest
-from nodewright_bridge.runtime.clock import Clock, micro_time
-from nodewright_bridge.runtime.metrics import Metrics
+from nodewright_bridge.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 

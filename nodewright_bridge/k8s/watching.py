@@ -28,13 +28,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from nodewright_bridge.clock import Clock, SystemClock
 from nodewright_bridge.errors import ApiError, ExpiredError
 from nodewright_bridge.k8s.resources import Resource
 from nodewright_bridge.k8s.rest import Rest, WatchStream
 from nodewright_bridge.k8s.slimming import Slimmer, slim_generic
 from nodewright_bridge.k8s.store import Indexer, Store, object_key
-from nodewright_bridge.runtime.clock import Clock, SystemClock
-from nodewright_bridge.runtime.metrics import Metrics
+from nodewright_bridge.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from nodewright_bridge.clock import Clock, micro_time
 from nodewright_bridge.errors import (
     AlreadyExistsError,
     ApiError,
@@ -42,8 +43,7 @@ from nodewright_bridge.errors import (
 )
 from nodewright_bridge.k8s.resources import LEASES
 from nodewright_bridge.k8s.rest import JsonObject, Rest
-from nodewright_bridge.runtime.clock import Clock, micro_time
-from nodewright_bridge.runtime.metrics import Metrics
+from nodewright_bridge.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 

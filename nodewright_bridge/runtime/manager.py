@@ -21,15 +21,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodewright_bridge.clock import Clock
 from nodewright_bridge.k8s.caches import InformerSet, standard_specs
 from nodewright_bridge.k8s.events import EventRecorder
 from nodewright_bridge.k8s.foreground import Foreground
 from nodewright_bridge.k8s.patching import Writer
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.k8s.watching import InformerSpec
-from nodewright_bridge.runtime.clock import Clock
+from nodewright_bridge.metrics import Metrics
 from nodewright_bridge.runtime.leadership import ElectionSettings, LeaderElector
-from nodewright_bridge.runtime.metrics import Metrics
 from nodewright_bridge.runtime.queueing import WorkQueue
 from nodewright_bridge.runtime.ratelimiting import default_rate_limiter
 from nodewright_bridge.runtime.reconciling import Reconciler, process_one

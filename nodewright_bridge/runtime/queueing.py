@@ -14,7 +14,7 @@ Guarantees:
 - After :meth:`WorkQueue.shutdown`, adds are ignored and :meth:`WorkQueue.get` returns None at
   once, even if keys were waiting: the next leader relists and rebuilds the queue anyway.
 
-Time comes from the injected :class:`~nodewright_bridge.runtime.clock.Clock`. With a fake clock,
+Time comes from the injected :class:`~nodewright_bridge.clock.Clock`. With a fake clock,
 tests advance the clock and call ``get(timeout=0)``; nothing sleeps.
 """
 
@@ -25,8 +25,8 @@ import itertools
 import logging
 import threading
 
-from nodewright_bridge.runtime.clock import Clock
-from nodewright_bridge.runtime.metrics import Metrics
+from nodewright_bridge.clock import Clock
+from nodewright_bridge.metrics import Metrics
 from nodewright_bridge.runtime.ratelimiting import RateLimiter
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Protocol
 
-from nodewright_bridge.runtime.clock import Clock
+from nodewright_bridge.clock import Clock
 
 # client-go's DefaultControllerRateLimiter values: 5 ms doubling to 1000 s per item; 10 qps with a
 # burst of 100 overall. Proven defaults for controllers of this size.

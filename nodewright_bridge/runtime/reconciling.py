@@ -25,14 +25,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from nodewright_bridge.errors import LeadershipLostError, NodewrightError, PermanentApiError
-from nodewright_bridge.runtime.metrics import Metrics
+from nodewright_bridge.metrics import Metrics
 from nodewright_bridge.runtime.queueing import WorkQueue
 
 logger = logging.getLogger(__name__)
-
-# Where ``nwb controller`` looks for the reconciler: a module exposing
-# ``build_reconciler(context: ReconcilerContext) -> Reconciler``.
-RECONCILER_MODULE = "nodewright_bridge.reconciler"
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from nodewright_bridge.runtime.metrics import Metrics
+from nodewright_bridge.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from lifecycle import simulation
 from lifecycle.rollout import NodeView
 from lifecycle.validation import load_nodewright, load_policy
 from nodewright_bridge.commands import demo
-from nodewright_bridge.commands.status import connect
+from nodewright_bridge.commands.common import connect
 from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.sandbox import Sandbox

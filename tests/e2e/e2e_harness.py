@@ -43,12 +43,12 @@ from invariants import Invariants
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from nodewright_bridge.clock import SystemClock
+from nodewright_bridge.controller.wiring import build_reconciler
 from nodewright_bridge.k8s.client import ClientSettings, build_api_client
 from nodewright_bridge.k8s.rest import Rest
-from nodewright_bridge.reconciler import build_reconciler
-from nodewright_bridge.runtime.clock import SystemClock
+from nodewright_bridge.metrics import Metrics
 from nodewright_bridge.runtime.manager import Manager, ManagerSettings
-from nodewright_bridge.runtime.metrics import Metrics
 from nodewright_bridge.sandbox import Sandbox
 from nodewright_bridge.sandbox.kubelet.exec_runner import ExecRunner
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode

@@ -1,7 +1,8 @@
 """A reconciler for tests only: it logs each key and does nothing else.
 
-``nwb controller --reconciler-module logging_reconciler`` (with this directory on PYTHONPATH)
-exercises the real command, signals and lease handling without the product reconciler.
+``python logging_reconciler.py <nwb controller options>`` runs the real ``nwb controller``
+command (``make_command``) around it: options, signals and lease handling without the product
+reconciler.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from nodewright_bridge.commands.controller import make_command
 from nodewright_bridge.runtime.manager import ReconcilerContext
 from nodewright_bridge.runtime.reconciling import Result
 
@@ -27,3 +29,7 @@ class LoggingReconciler:
 
 def build_reconciler(context: ReconcilerContext) -> LoggingReconciler:
     return LoggingReconciler()
+
+
+if __name__ == "__main__":
+    make_command(build_reconciler)(prog_name="nwb controller")

@@ -314,8 +314,7 @@ def test_the_controller_runtime_syncs_leads_and_releases_under_the_service_accou
         sa_kubeconfig,
         release.namespace,
         tmp_path / "controller.log",
-        reconciler_module="logging_reconciler",
-        pythonpath=Path(__file__).parent,
+        reconciler_script=Path(__file__).parent / "logging_reconciler.py",
         identity="chart-sa",
     )
     with controller:

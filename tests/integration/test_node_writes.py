@@ -17,6 +17,7 @@ from lifecycle import actions
 from lifecycle.nodestate import status_key
 from lifecycle.spec import NodeWright
 from lifecycle.status import Status
+from nodewright_bridge.clock import SystemClock
 from nodewright_bridge.controller import snapshot
 from nodewright_bridge.controller.executor import Executor
 from nodewright_bridge.controller.node_writes import NodeWork, Outcome
@@ -27,8 +28,7 @@ from nodewright_bridge.k8s.events import EventRecorder
 from nodewright_bridge.k8s.patching import Writer
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.k8s.slimming import slim_node
-from nodewright_bridge.runtime.clock import SystemClock
-from nodewright_bridge.runtime.metrics import Metrics
+from nodewright_bridge.metrics import Metrics
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ import pytest
 from conftest import CRDS, Kube, install_product_crds, wait_for
 
 from nodewright_bridge import errors
+from nodewright_bridge.clock import SystemClock
 from nodewright_bridge.k8s import resources, store
 from nodewright_bridge.k8s.client import (
     ClientSettings,
@@ -34,10 +35,9 @@ from nodewright_bridge.k8s.patching import Writer
 from nodewright_bridge.k8s.resources import Resource
 from nodewright_bridge.k8s.rest import PatchType, Rest
 from nodewright_bridge.k8s.watching import Informer, InformerSpec
-from nodewright_bridge.runtime.clock import SystemClock
+from nodewright_bridge.metrics import Metrics
 from nodewright_bridge.runtime.leadership import ElectionSettings, LeaderElector
 from nodewright_bridge.runtime.manager import Manager, ManagerSettings, ReconcilerContext
-from nodewright_bridge.runtime.metrics import Metrics
 from nodewright_bridge.runtime.reconciling import Result
 
 pytestmark = pytest.mark.integration
@@ -532,8 +532,8 @@ def test_nwb_controller_runs_and_releases_its_lease_on_sigterm(kube: Kube, rest:
         "POD_NAME": "controller-test",
     }
     argv = [
-        str(Path(sys.executable).parent / "nwb"),
-        "controller",
+        sys.executable,
+        str(Path(__file__).parent / "logging_reconciler.py"),
         "--kubeconfig",
         str(kube.kubeconfig),
         "--namespace",
@@ -542,8 +542,6 @@ def test_nwb_controller_runs_and_releases_its_lease_on_sigterm(kube: Kube, rest:
         "127.0.0.1:0",
         "--log-format",
         "json",
-        "--reconciler-module",
-        "logging_reconciler",
     ]
     proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []

@@ -27,7 +27,7 @@ from nodewright_bridge.cli import main
 from nodewright_bridge.commands import status
 from nodewright_bridge.k8s.client import ClientSettings, build_api_client, total_requests
 from nodewright_bridge.k8s.rest import Rest
-from nodewright_bridge.runtime.metrics import Metrics
+from nodewright_bridge.metrics import Metrics
 
 pytestmark = pytest.mark.integration
 

@@ -158,14 +158,21 @@ class Controller:
         namespace: str,
         log_path: Path,
         *,
-        reconciler_module: str | None = None,
-        pythonpath: Path | None = None,
+        reconciler_script: Path | None = None,
         identity: str = "chart-test",
     ) -> None:
         self.log_path = log_path
+        # ``nwb controller``, or the same command around a test reconciler (``reconciler_script``).
+        head = (
+            [sys.executable, str(reconciler_script)]
+            if reconciler_script
+            else [
+                str(Path(sys.executable).parent / "nwb"),
+                "controller",
+            ]
+        )
         argv = [
-            str(Path(sys.executable).parent / "nwb"),
-            "controller",
+            *head,
             "--kubeconfig",
             str(kubeconfig),
             "--namespace",
@@ -175,13 +182,9 @@ class Controller:
             "--log-format",
             "json",
         ]
-        if reconciler_module:
-            argv += ["--reconciler-module", reconciler_module]
         self.argv = argv
         self.env = {**os.environ, "POD_NAME": identity}
         self.env.pop("KUBECONFIG", None)
-        if pythonpath is not None:
-            self.env["PYTHONPATH"] = str(pythonpath)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Controller:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from nodewright_bridge.runtime.metrics import Metrics
+from nodewright_bridge.metrics import Metrics
 from nodewright_bridge.runtime.queueing import WorkQueue
 from nodewright_bridge.runtime.ratelimiting import ExponentialBackoff, MaxOf, TokenBucket
 from nodewright_bridge.testing import FakeClock

@@ -171,15 +171,21 @@ def test_text_logs_append_extra_values_as_key_value_pairs() -> None:
     assert stream.getvalue().rstrip().endswith("x key=cr-1")
 
 
-def test_the_controller_refuses_to_start_without_a_reconciler() -> None:
+def test_the_controller_command_is_built_around_the_reconciler_factory_it_is_given() -> None:
+    seen: list[str] = []
+
+    def factory(context: object) -> object:
+        seen.append("built")
+        raise SystemExit(0)
+
     result = CliRunner().invoke(
-        controller.command, ["--reconciler-module", "nodewright_bridge.no_such_reconciler"]
+        controller.make_command(factory),  # type: ignore[arg-type]  # a stand-in factory
+        ["--metrics-addr", "nonsense"],
     )
-    assert result.exit_code == 1
-    assert "no reconciler is registered" in result.output
+    assert result.exit_code == 2, "options are checked before anything starts"
+    assert "--metrics-addr: expected host:port" in result.output
+    assert seen == []
+    help_text = CliRunner().invoke(controller.command, ["--help"]).output
+    for option in ("--kubeconfig", "--context", "--namespace", "--workers", "--log-level"):
+        assert option in help_text
     logging.getLogger().handlers.clear()
-
-
-def test_a_reconciler_module_without_a_factory_is_refused_too() -> None:
-    with pytest.raises(Exception, match="has no build_reconciler"):
-        controller.load_reconciler_factory("nodewright_bridge.errors")

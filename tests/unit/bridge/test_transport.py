@@ -20,7 +20,7 @@ from nodewright_bridge import errors
 from nodewright_bridge.k8s import resources, transport
 from nodewright_bridge.k8s.client import MeteredApiClient
 from nodewright_bridge.k8s.rest import PatchType, Rest
-from nodewright_bridge.runtime.metrics import Metrics
+from nodewright_bridge.metrics import Metrics
 
 # (connection number, request number on it, request line, body) -> raw response or None (close).
 Script = Callable[[int, int, str, bytes], bytes | None]

@@ -1,6 +1,5 @@
-"""The reconciler ``nwb controller`` runs: ``build_reconciler(context)`` (see
-``nodewright_bridge.runtime.reconciling.RECONCILER_MODULE``). The logic lives in
-``nodewright_bridge.controller``; this module only wires it to the runtime's context.
+"""The reconciler ``nwb controller`` runs: ``build_reconciler(context)`` wires the NodeWright
+reconciler to the runtime's informers, writer, Events, metrics and clock.
 """
 
 from __future__ import annotations
