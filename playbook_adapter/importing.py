@@ -866,8 +866,8 @@ def select_tags(
     Why not just copy the tags: in Ansible a role entry's ``tags`` select nothing by
     themselves - they are added to each task of the role, and only the command line's --tags /
     --skip-tags select. The agent sees the tasks' own tags only, so the inherited ones are folded
-    into the selection. ``tests/unit/adapter/test_import_tags.py`` checks the result against
-    Ansible's own evaluation.
+    into the selection. ``tests/unit/playbook_adapter/test_import_tags.py`` checks the result
+    against Ansible's own evaluation.
     """
     own = set(inherited)
     only = set(tags) or {"all"}

@@ -142,7 +142,7 @@ class Transport:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
                 return self._open(), False
-            if not _dropped(conn):
+            if not closed_by_peer(conn):
                 return conn, True
             conn.close()
 
@@ -224,7 +224,7 @@ def _retry_after(answer: Answer) -> float | None:
     return min(seconds, RETRY_AFTER_CAP_SECONDS) if seconds is not None else None
 
 
-def _dropped(conn: http.client.HTTPConnection) -> bool:
+def closed_by_peer(conn: http.client.HTTPConnection) -> bool:
     """Whether an idle connection was closed by the other side (readable while idle = EOF)."""
     sock = conn.sock
     if sock is None:

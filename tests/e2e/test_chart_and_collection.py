@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from chart_support import Controller, Helm, poll, service_account_kubeconfig
-from e2e_harness import E2E, EXEC_REGISTRY, NAMESPACE, World
+from chart_support import Controller, Helm, service_account_kubeconfig
+from e2e_harness import E2E, EXEC_REGISTRY, NAMESPACE, World, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from playbook_support import play_target
@@ -103,9 +103,9 @@ def test_a_playbook_rolls_out_a_package_to_ready_and_a_failing_verify_fails_its_
         running = [p.metadata.name for p in pods if p.status.phase == "Running"]
         return running[0] if running else ""
 
-    first_workload = poll(running_workload, timeout=60, what="workload pod running")
+    first_workload = wait_for(running_workload, timeout=60, what="workload pod running")
     ctl = chart_controller.controller
-    poll(
+    wait_for(
         lambda: _lease_holder(world.env).startswith(chart_controller.account),
         timeout=90,
         what="the controller running as the chart ServiceAccount leads",

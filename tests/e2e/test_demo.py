@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from e2e_harness import SLOW_TEST_SECONDS
 
 from nodewright_bridge.sandbox import binaries, supervisor
 
@@ -50,6 +51,7 @@ def state_dir(tmp_path: Path) -> Iterator[Path]:
         nwb("demo", "--down", "--state-dir", str(state), timeout=120)
 
 
+@pytest.mark.timeout(SLOW_TEST_SECONDS)
 def test_the_demo_rolls_out_both_packages_to_every_node_and_a_rerun_reuses_everything(
     state_dir: Path,
 ) -> None:

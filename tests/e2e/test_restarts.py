@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_harness import EXEC_REGISTRY, SIM_REGISTRY, World, wait_for
+from e2e_harness import EXEC_REGISTRY, SIM_REGISTRY, SLOW_TEST_SECONDS, World, wait_for
 from test_interrupts import BootWatcher
 
 pytestmark = pytest.mark.e2e
@@ -51,6 +51,7 @@ KILL_POINTS = {
 }
 
 
+@pytest.mark.timeout(SLOW_TEST_SECONDS)
 @pytest.mark.parametrize("point", list(KILL_POINTS))
 def test_a_controller_killed_mid_rollout_is_replaced_without_a_second_reboot(
     world: World, point: str
@@ -90,6 +91,7 @@ def created_pods(log: Path) -> int:
     return count
 
 
+@pytest.mark.timeout(SLOW_TEST_SECONDS)
 def test_two_replicas_never_both_act_and_the_standby_takes_over(world: World) -> None:
     nodes = world.add_nodes(2)
     a = world.spawn_controller("replica-a")

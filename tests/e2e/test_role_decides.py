@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from e2e_harness import EXEC_REGISTRY, NAMESPACE, World, wait_for
+from e2e_harness import EXEC_REGISTRY, NAMESPACE, SLOW_TEST_SECONDS, World, wait_for
 from kubernetes import client
 
 pytestmark = pytest.mark.e2e
@@ -165,6 +165,7 @@ def test_a_reboot_handler_drains_and_reboots_every_node_once_without_a_cr_interr
     assert "InterruptRequested" in reasons
 
 
+@pytest.mark.timeout(SLOW_TEST_SECONDS)
 def test_the_vars_change_decides_whether_a_node_reboots(world: World, web: str) -> None:
     nodes = world.add_nodes(2)
     for node in nodes:
@@ -213,6 +214,7 @@ def test_the_vars_change_decides_whether_a_node_reboots(world: World, web: str) 
         assert not world.node(node).spec.unschedulable
 
 
+@pytest.mark.timeout(SLOW_TEST_SECONDS)
 def test_a_handler_that_fails_once_runs_on_the_retry(world: World) -> None:
     (node,) = world.add_nodes(1)
     cr = world.cr_name("app")

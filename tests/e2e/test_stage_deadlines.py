@@ -7,11 +7,12 @@ from __future__ import annotations
 import threading
 
 import pytest
-from e2e_harness import MISSING_REGISTRY, World, wait_for
+from e2e_harness import MISSING_REGISTRY, SLOW_TEST_SECONDS, World, wait_for
 
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.timeout(SLOW_TEST_SECONDS)
 def test_a_pod_whose_image_cannot_be_pulled_ends_erroring_after_the_stage_timeout_and_max_attempts(
     world: World,
 ) -> None:

@@ -16,15 +16,14 @@
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from waiting import wait_for
 
 from nodewright_bridge import crds, errors
 from nodewright_bridge.k8s import resources
@@ -36,20 +35,6 @@ from nodewright_bridge.sandbox.kubelet.nodes import SimNode
 
 SANDBOX_NODES = 4
 SANDBOX_POOL_LABEL = "sandbox.nodewright.io/pool"
-# Generous waits: a busy 2-core CI box; nothing in the sandbox should need more than a few seconds.
-WAIT_SECONDS = 60.0
-
-
-def wait_for(check: Callable[[], Any], *, timeout: float = WAIT_SECONDS, what: str = "") -> Any:
-    """Poll ``check`` until it returns something truthy, which is returned; fail on timeout."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what or check}: {last!r}")
 
 
 @pytest.fixture(scope="session")

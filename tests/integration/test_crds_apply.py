@@ -8,7 +8,6 @@ server (online) reject the same documents.
 from __future__ import annotations
 
 import copy
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from waiting import wait_for
 
 from lifecycle.errors import SpecError
 from lifecycle.validation import load_nodewright, load_policy
@@ -74,14 +74,14 @@ def api(kubeconfig: Path) -> client.ApiClient:
 
 
 def _wait_established(ext: client.ApiextensionsV1Api, name: str) -> None:
-    deadline = time.monotonic() + ESTABLISH_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
+    def established() -> bool:
         crd = ext.read_custom_resource_definition(name)
         conditions = {c.type: c.status for c in (crd.status.conditions or [])}
-        if conditions.get("Established") == "True":
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"CRD {name} not Established after {ESTABLISH_TIMEOUT_SECONDS}s")
+        return conditions.get("Established") == "True"
+
+    wait_for(
+        established, timeout=ESTABLISH_TIMEOUT_SECONDS, interval=0.2, what=f"CRD {name} Established"
+    )
 
 
 def create(api: client.ApiClient, plural: str, body: dict[str, Any]) -> dict[str, Any]:

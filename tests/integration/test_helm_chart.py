@@ -23,12 +23,12 @@ from chart_support import (
     Controller,
     Helm,
     can_i,
-    poll,
     service_account_kubeconfig,
 )
 from conftest import Kube
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from waiting import wait_for
 
 from nodewright_bridge.sandbox import Sandbox
 
@@ -84,7 +84,7 @@ def _remove_crds(ext: client.ApiextensionsV1Api) -> list[str]:
     for name in existed:
         with contextlib.suppress(ApiException):
             ext.delete_custom_resource_definition(name)
-    poll(
+    wait_for(
         lambda: not any(_crd_present(ext, name) for name in CRD_NAMES),
         timeout=60,
         what="CRDs deleted",
@@ -159,7 +159,7 @@ def test_helm_install_creates_the_crds_from_the_chart_and_every_controller_objec
     assert [p.port for p in service.spec.ports] == [8080]
     pdb = kube.policy.read_namespaced_pod_disruption_budget(release.fullname, release.namespace)
     assert pdb.spec.min_available == 1
-    poll(
+    wait_for(
         lambda: (
             kube.policy.read_namespaced_pod_disruption_budget(
                 release.fullname, release.namespace
@@ -318,12 +318,12 @@ def test_the_controller_runtime_syncs_leads_and_releases_under_the_service_accou
         identity="chart-sa",
     )
     with controller:
-        poll(
+        wait_for(
             lambda: _lease_holder(kube, release.namespace).startswith("chart-sa"),
             timeout=CONTROLLER_WAIT,
             what="lease taken by the controller running as the chart ServiceAccount",
         )
-        poll(
+        wait_for(
             lambda: any(r.get("msg") == "reconciled" for r in controller.records()),
             timeout=CONTROLLER_WAIT,
             what="informers synced and keys reconciled",
@@ -386,7 +386,7 @@ def test_helm_upgrade_changes_the_release_and_uninstall_keeps_the_crds_and_their
             return exc.status == 404
         return ns.status.phase == "Terminating"
 
-    poll(namespace_gone_or_terminating, timeout=60, what=f"namespace {namespace} removed")
+    wait_for(namespace_gone_or_terminating, timeout=60, what=f"namespace {namespace} removed")
     for crd in CRD_NAMES:
         assert _crd_present(kube.ext, crd), f"helm uninstall removed CRD {crd}"
     kept = kube.custom.get_cluster_custom_object(GROUP, VERSION, "deploymentpolicies", policy)

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_for
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from waiting import wait_for
 
 from lifecycle.results import AgentResult, StageStatus, parse_termination_message
 from lifecycle.spec import NodeWright

@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from cache_world import empty_stores
-from conftest import Kube, install_product_crds, wait_for
+from conftest import Kube, install_product_crds
+from waiting import wait_for
 
 from lifecycle import actions
 from lifecycle.nodestate import status_key

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import wait_for
+from waiting import wait_for
 
 from lifecycle.results import StageStatus
 from nodewright_bridge.cli import main

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CRDS, Kube, install_product_crds, wait_for
+from conftest import CRDS, Kube, install_product_crds
+from waiting import wait_for
 
 from nodewright_bridge import errors
 from nodewright_bridge.clock import SystemClock

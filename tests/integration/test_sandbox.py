@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Kube, wait_for
+from conftest import Kube
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from waiting import wait_for
 
 from lifecycle.results import parse_termination_message
 from nodewright_bridge.sandbox import binaries, supervisor

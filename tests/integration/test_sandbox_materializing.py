@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import Kube, wait_for
+from conftest import Kube
+from waiting import wait_for
 
 from nodewright_bridge.sandbox import Sandbox
 from nodewright_bridge.sandbox.kubelet.api import RawApi

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner, Result
-from conftest import Kube, wait_for
+from conftest import Kube
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from waiting import wait_for
 
 from lifecycle import stages
 from lifecycle.validation import load_nodewright

@@ -17,8 +17,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from waiting import wait_for
 
 from nodewright_bridge.sandbox import binaries
 
@@ -239,17 +238,6 @@ class Controller:
         ]
 
 
-def poll(check: Callable[[], Any], *, timeout: float, what: str, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}: {last!r}")
-
-
 def ensure_crds(api: client.ApiClient, timeout: float = 60.0) -> None:
     """Create the chart's CRDs (or bring them up to date) and wait until they are Established."""
     ext = client.ApiextensionsV1Api(api)
@@ -271,4 +259,4 @@ def ensure_crds(api: client.ApiClient, timeout: float = 60.0) -> None:
                 c.type == "Established" and c.status == "True" for c in live.status.conditions or []
             )
 
-        poll(established, timeout=timeout, what=f"CRD {name} Established")
+        wait_for(established, timeout=timeout, what=f"CRD {name} Established")

@@ -7,6 +7,7 @@ answers, error bodies. TLS and authentication are covered against the sandbox AP
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from kubernetes import client as k8s_client
+from waiting import wait_for
 
 from nodewright_bridge import errors
 from nodewright_bridge.k8s import resources, transport
@@ -144,12 +146,27 @@ def test_a_connection_the_server_closed_while_idle_is_not_reused(serve) -> None:
     rest = rest_for(server)
     assert rest.get(resources.NODES, "a") == {"connection": 1}
     assert server.closed.wait(5)
-    pool = rest._transport
-    assert pool is not None
-    (idle,) = pool._idle
-    assert transport._dropped(idle)  # so it is closed, not used
     assert rest.get(resources.NODES, "a") == {"connection": 2}
-    assert not transport._dropped(pool._idle[0])
+    assert [number for number, *_ in server.requests] == [1, 2]
+
+
+def test_an_idle_connection_the_server_closed_is_told_from_one_it_keeps_open(serve) -> None:
+    """What the pool checks before it reuses an idle connection (a closed one is not used)."""
+    server = serve(lambda n, i, line, body: respond(200, {"connection": n}))
+    server.close_after = {(1, 0)}  # the first connection is closed after its answer
+    port = server.sock.getsockname()[1]
+    closed, kept = (http.client.HTTPConnection("127.0.0.1", port, timeout=5) for _ in range(2))
+    try:
+        for conn in (closed, kept):
+            conn.request("GET", "/api/v1/nodes/a")
+            conn.getresponse().read()
+        assert server.closed.wait(5)
+        wait_for(lambda: transport.closed_by_peer(closed), timeout=5, what="the server's close")
+        assert not transport.closed_by_peer(kept)
+    finally:
+        closed.close()
+        kept.close()
+    assert transport.closed_by_peer(closed)  # closed here too: no socket left
 
 
 def test_a_pooled_connection_closed_on_the_next_request_is_retried_on_a_new_one(serve) -> None:
