@@ -340,9 +340,6 @@ class Executor:
         """True while a pod this process created on ``node`` is not in the pod cache yet."""
         return self._starts.awaiting(node, seen)
 
-    def delete_pod(self, name: str) -> None:
-        self._deletes.delete(name)
-
     # -- outside one node's list -------------------------------------------------------------
 
     def apply_outside(self, cr_name: str, planned: Sequence[actions.Action]) -> None:

@@ -459,10 +459,6 @@ def secret_data(cr: NodeWright, secrets: Any, namespace: str) -> dict[str, str]:
     return out
 
 
-def targets(cr: NodeWright, node: Mapping[str, Any]) -> bool:
-    return selectors.matches(cr.spec.node_selectors, labels_of(node))
-
-
 def snapshot_node(
     cr: NodeWright,
     node: Mapping[str, Any],
