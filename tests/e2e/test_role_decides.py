@@ -104,6 +104,14 @@ def root_of(world: World, node: str) -> Path:
     return root
 
 
+def roll_out(world: World, base: str, package: str, role: str, **fields: object) -> str:
+    """A CR rolling one exec-mode package of ``role`` out one node at a time; its name."""
+    cr = world.cr_name(base)
+    spec = {"version": "1.0.0", "image": f"{EXEC_REGISTRY}/{role}", **fields}
+    world.apply_cr(cr, {"interruptionBudget": {"count": 1}, "packages": {package: spec}})
+    return cr
+
+
 def wait_complete(world: World, cr: str, generation: int, timeout: float = 300) -> None:
     def done() -> bool:
         status = world.cr_status(cr)
@@ -125,20 +133,7 @@ def test_a_reboot_handler_drains_and_reboots_every_node_once_without_a_cr_interr
     nodes = world.add_nodes(2)
     wait_for(lambda: sum(web_pods_on(world, web, n) for n in nodes) == 2, what="web running")
     watch = Watcher(world, nodes)
-    cr = world.cr_name("grub")
-    world.apply_cr(
-        cr,
-        {
-            "interruptionBudget": {"count": 1},
-            "packages": {
-                "grub": {
-                    "version": "1.0.0",
-                    "image": f"{EXEC_REGISTRY}/grub-params",
-                    "vars": {"grub_params_cmdline": ["iommu=pt"]},
-                }
-            },
-        },
-    )
+    cr = roll_out(world, "grub", "grub", "grub-params", vars={"grub_params_cmdline": ["iommu=pt"]})
     world.start_controller()
     wait_complete(world, cr, 1)
     logs = watch.stop()
@@ -217,19 +212,12 @@ def test_the_vars_change_decides_whether_a_node_reboots(world: World, web: str) 
 @pytest.mark.timeout(SLOW_TEST_SECONDS)
 def test_a_handler_that_fails_once_runs_on_the_retry(world: World) -> None:
     (node,) = world.add_nodes(1)
-    cr = world.cr_name("app")
-    world.apply_cr(
-        cr,
-        {
-            "interruptionBudget": {"count": 1},
-            "packages": {
-                "app": {
-                    "version": "1.0.0",
-                    "image": f"{EXEC_REGISTRY}/app-config",
-                    "vars": {"app_config_level": "debug", "app_config_handler_fails_once": True},
-                }
-            },
-        },
+    cr = roll_out(
+        world,
+        "app",
+        "app",
+        "app-config",
+        vars={"app_config_level": "debug", "app_config_handler_fails_once": True},
     )
     world.start_controller()
 
@@ -258,19 +246,12 @@ def test_a_restart_handler_becomes_a_service_interrupt_on_a_drained_node(
     nodes = world.add_nodes(2)
     wait_for(lambda: sum(web_pods_on(world, web, n) for n in nodes) == 2, what="web running")
     watch = Watcher(world, nodes)
-    cr = world.cr_name("svc")
-    world.apply_cr(
-        cr,
-        {
-            "interruptionBudget": {"count": 1},
-            "packages": {
-                "app": {
-                    "version": "1.0.0",
-                    "image": f"{EXEC_REGISTRY}/app-config",
-                    "vars": {"app_config_restart_service": True, "app_config_service": "fabric"},
-                }
-            },
-        },
+    cr = roll_out(
+        world,
+        "svc",
+        "app",
+        "app-config",
+        vars={"app_config_restart_service": True, "app_config_service": "fabric"},
     )
     world.start_controller()
     wait_complete(world, cr, 1)
@@ -295,20 +276,7 @@ def test_new_content_in_a_secret_vars_secret_reruns_the_role_with_it(world: Worl
         ),
     )
     try:
-        cr = world.cr_name("secret")
-        world.apply_cr(
-            cr,
-            {
-                "interruptionBudget": {"count": 1},
-                "packages": {
-                    "app": {
-                        "version": "1.0.0",
-                        "image": f"{EXEC_REGISTRY}/app-config",
-                        "secretVars": [{"secretName": secret}],
-                    }
-                },
-            },
-        )
+        cr = roll_out(world, "secret", "app", "app-config", secretVars=[{"secretName": secret}])
         world.start_controller()
         wait_complete(world, cr, 1)
         applied = root_of(world, node) / "etc/app-config/applied.conf"
