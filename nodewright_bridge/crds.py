@@ -11,9 +11,11 @@ sent by a client is pruned by the API server), every node has a ``type``, and on
 ``valueFrom`` keep unknown fields. Constant defaults are carried over; a nested object whose
 Python default is "all defaults" gets ``default: {}`` so the API server fills in its fields.
 
-Caveats: rules that need more than CEL offers (dependency cycles, glob matching of
-``configInterrupts`` keys, semantic equality of reordered selectors) are checked by the
-models only; the controller re-validates every object and reports ``InvalidSpec``.
+Caveats: rules that need more than CEL offers (glob matching of ``configInterrupts`` keys,
+semantic equality of reordered selectors) are checked by the models only; the controller
+re-validates every object and reports ``InvalidSpec``. CEL has no recursion, so ``dependsOn``
+cycles are rejected at admission up to ``DEPENDS_ON_CYCLE_MAX`` packages long (one nested
+``all`` per link); longer ones only by the models.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ SELECTOR_VALUES_MAX = 64
 COMPARTMENTS_MAX = 64
 TOLERATIONS_MAX = 64
 DEPENDS_ON_MAX = spec.PACKAGES_MAX
+# Longest dependsOn cycle the CRD rejects. Its estimated cost is PACKAGES_MAX * DEPENDS_ON_MAX^(n-1)
+# map lookups: kube-apiserver v1.36 accepts 3 (about 60 % of the per-rule budget) and refuses 4
+# (about 39 times the budget; tests/integration/test_crds_apply.py proves the accepted one).
+DEPENDS_ON_CYCLE_MAX = 3
 SEMVER_PATTERN = (
     r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
     r"(-((0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)"
@@ -113,6 +119,30 @@ def _limit_at_least_request(kind: str) -> Schema:
     )
 
 
+def _no_depends_on_cycle(longest: int) -> str:
+    """CEL: no package reaches itself in at most ``longest`` dependsOn links.
+
+    ``p0`` is the package that must not come back; ``p1``, ``p2``, ... walk its dependencies
+    (an entry naming no package is skipped here: another rule rejects it).
+    """
+    packages = "self.packages"
+
+    def deps(var: str) -> str:
+        return f"{packages}[{var}].dependsOn"
+
+    def walk(step: int) -> str:
+        here = f"p{step - 1}"
+        if step == longest:
+            return f"!(p0 in {deps(here)})"
+        nxt = f"p{step}"
+        return (
+            f"{deps(here)}.all({nxt}, {nxt} != p0 && "
+            f"(!({nxt} in {packages}) || !has({deps(nxt)}) || {walk(step + 1)}))"
+        )
+
+    return f"!has({packages}) || {packages}.all(p0, !has({deps('p0')}) || {walk(1)})"
+
+
 _ONE_OF_PERCENT_COUNT = _rule(
     "has(self.percent) != has(self.count)", "set exactly one of percent or count"
 )
@@ -136,6 +166,12 @@ MODEL_RULES: dict[str, list[Schema]] = {
             "self.packages[n].dependsOn.all(d, d in self.packages && "
             "self.packages[d].version == self.packages[n].dependsOn[d]))",
             "every dependsOn entry must name a package of this NodeWright with exactly its version",
+            field_path=".packages",
+        ),
+        _rule(
+            _no_depends_on_cycle(DEPENDS_ON_CYCLE_MAX),
+            f"dependsOn cycle: a package depends on itself through at most "
+            f"{DEPENDS_ON_CYCLE_MAX} dependsOn entries; remove one entry of the cycle",
             field_path=".packages",
         ),
     ],

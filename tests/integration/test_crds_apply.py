@@ -357,3 +357,55 @@ def test_unknown_fields_are_pruned_not_stored(api: client.ApiClient) -> None:
     assert "verison" not in stored["spec"]["packages"]["base"]
     with pytest.raises(SpecError, match="verison: unknown field"):
         load_nodewright(doc)
+
+
+def packages_depending(edges: dict[str, list[str]]) -> dict[str, Any]:
+    """A NodeWright whose packages (all version 1.0.0) depend on each other as ``edges`` says."""
+    doc = nodewright()
+    doc["spec"]["packages"] = {
+        name: {
+            "version": "1.0.0",
+            "image": f"pkgs/{name}",
+            "dependsOn": {dep: "1.0.0" for dep in deps},
+        }
+        for name, deps in edges.items()
+    }
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("edges", "cycle"),
+    [
+        pytest.param({"kernel": ["driver"], "driver": ["kernel"]}, "driver -> kernel", id="two"),
+        pytest.param(
+            {
+                "base": [],
+                "kernel": ["driver", "base"],
+                "driver": ["toolkit"],
+                "toolkit": ["kernel"],
+            },
+            "driver -> toolkit -> kernel",
+            id="three",
+        ),
+    ],
+)
+def test_a_dependency_cycle_is_rejected_at_admission_naming_the_field(
+    api: client.ApiClient, edges: dict[str, list[str]], cycle: str
+) -> None:
+    doc = packages_depending(edges)
+    body = rejection(api, "nodewrights", copy.deepcopy(doc))
+    assert "spec.packages: Invalid value" in body and "dependsOn cycle" in body, body
+    with pytest.raises(SpecError, match=f"packages: dependency cycle: .*{cycle}"):
+        load_nodewright(doc)
+
+
+def test_a_diamond_of_dependencies_is_accepted(api: client.ApiClient) -> None:
+    doc = packages_depending(
+        {"base": [], "kernel": ["base"], "driver": ["base"], "toolkit": ["kernel", "driver"]}
+    )
+    load_nodewright(doc)
+    stored = create(api, "nodewrights", doc)
+    assert stored["spec"]["packages"]["toolkit"]["dependsOn"] == {
+        "kernel": "1.0.0",
+        "driver": "1.0.0",
+    }
