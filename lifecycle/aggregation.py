@@ -24,15 +24,19 @@ degraded to ``unknown``):
 Conditions (docs/architecture.md, "Status and conditions"): ``Ready`` (NodeWright's reasons and
 message format), ``Progressing``, ``Degraded`` (naming node, package, stage, task and message of
 the newest failure of an erroring node), ``Stalled`` (a compartment stopped on failureThreshold),
-``PDBBlocked`` (naming the PodDisruptionBudgets, or why a drain cannot evict), ``InvalidSpec``,
-``PolicyNotFound``, ``TaintNotTolerable``, ``NodesIgnored``, ``NodeStateMalformed`` only while
-some node's state annotation cannot be parsed, and ``DeletionBlocked`` only while the CR is being
-deleted with uninstall work pending (True while paused or disabled, naming the nodes, as
-NodeWright does) or while some node's state annotation of the CR does not parse
-(``MalformedNodeState``, ``deletion_blocked_by_malformed_state``).
+``PDBBlocked`` (naming the PodDisruptionBudgets, or why a drain cannot evict, while some node
+still needs its drain: ``drain_pending``), ``InvalidSpec``, ``PolicyNotFound``,
+``TaintNotTolerable``, ``NodesIgnored`` (every targeted node with the ignore label, whatever its
+status), ``NodeStateMalformed`` only while some node's state annotation cannot be parsed, and
+``DeletionBlocked`` only while the CR is being deleted with uninstall work pending (True while
+paused or disabled, naming the nodes, as NodeWright does) or while some node's state annotation
+of the CR does not parse (``MalformedNodeState``, ``deletion_blocked_by_malformed_state``).
 
-``lastTransitionTime`` of a condition moves only when its ``status`` flips, so aggregating the same
-inputs twice gives the same status (the controller skips writes that change nothing).
+Every condition is a function of what this pass saw of the nodes, the PDBs and the CR, never of
+the last transition: a node that stops being planned (it went erroring, it is complete and its
+plan is kept) still counts. Only ``lastTransitionTime`` of a condition comes from the previous
+status: it moves only when the ``status`` flips, so aggregating the same inputs twice gives the
+same status (the controller skips writes that change nothing).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lifecycle.nodestate import state_annotation
+from lifecycle.nodestate import IGNORE_LABEL, state_annotation
 from lifecycle.rollout import RolloutPlan
 from lifecycle.spec import NodeWright
 from lifecycle.stages import NodeFailure, rfc3339
@@ -103,6 +107,30 @@ class PdbBlock:
 
 
 @dataclass(frozen=True, slots=True)
+class DrainView:
+    """A targeted node's drain as this pass sees the cluster (for ``PDBBlocked``)."""
+
+    name: str
+    status: Status  # the node's status for this CR
+    held: bool  # this CR holds the node's cordon
+    to_evict: int  # pods a drain must still evict, wait for, or cannot evict
+    blocking_pdbs: tuple[str, ...] = ()  # "namespace/name" of exhausted budgets covering them
+    blockers: tuple[str, ...] = ()  # why some pods cannot be evicted (unmanaged, emptyDir)
+
+
+def drain_pending(view: DrainView) -> bool:
+    """The node still needs a drain for this CR: we cordoned it for work that is in progress or
+    failed (a drain or podNonInterruptLabels wait that expired leaves the node erroring with the
+    cordon held), and pods are still to go. Whatever stops those pods blocks the CR now."""
+    return view.held and view.to_evict > 0 and view.status in (Status.IN_PROGRESS, Status.ERRORING)
+
+
+def carries_ignore_label(labels: Mapping[str, str]) -> bool:
+    """``bridge.nodewright.io/ignore=true``: the rollout does not pick the node."""
+    return labels.get(IGNORE_LABEL) == "true"
+
+
+@dataclass(frozen=True, slots=True)
 class AggregationInput:
     cr: NodeWright
     nodes: Sequence[NodeStatusView]  # every targeted node, with its status for this CR
@@ -139,6 +167,8 @@ def rollout_input(
     failures: Sequence[NodeFailure] = (),
     pdb_blocked: Mapping[str, Sequence[str]] | None = None,
     drain_blockers: Mapping[str, Sequence[str]] | None = None,
+    drains: Sequence[DrainView] = (),
+    ignored: Sequence[str] = (),
     malformed: Mapping[str, str] | None = None,
     waiting_on: Sequence[str] = (),
     deletion_pending: Sequence[str] | None = None,
@@ -146,9 +176,21 @@ def rollout_input(
     """The aggregation input for one reconcile: the rollout plan plus what the reconcile saw.
 
     ``node_status`` has every targeted node; ``pdb_blocked`` maps a node to the ``namespace/name``
-    of each PodDisruptionBudget that refused or would refuse its evictions; ``waiting_on`` lists
-    earlier ``sequencing: all`` CRs that are not complete.
+    of each PodDisruptionBudget that refused its evictions this pass and ``drain_blockers`` to
+    the pods its drain could not evict (the executor's answers); ``drains`` has every targeted
+    node's drain as observed, of which those still pending (``drain_pending``) add their
+    exhausted budgets and unevictable pods; ``ignored`` names every targeted node carrying the
+    ignore label; ``waiting_on`` lists earlier ``sequencing: all`` CRs that are not complete.
     """
+    refused = {node: list(keys) for node, keys in (pdb_blocked or {}).items()}
+    blockers = {node: list(lines) for node, lines in (drain_blockers or {}).items()}
+    for view in drains:
+        if not drain_pending(view):
+            continue
+        if view.blocking_pdbs:
+            refused.setdefault(view.name, []).extend(view.blocking_pdbs)
+        if view.blockers and view.name not in blockers:
+            blockers[view.name] = list(view.blockers)
     return AggregationInput(
         cr=cr,
         nodes=[NodeStatusView(name, status) for name, status in node_status.items()],
@@ -160,10 +202,10 @@ def rollout_input(
         paused=plan.paused,
         disabled=plan.disabled,
         policy_missing=plan.policy_missing,
-        pdb_blocks=pdb_blocks_of(pdb_blocked or {}),
-        drain_blockers=dict(drain_blockers or {}),
+        pdb_blocks=pdb_blocks_of(refused),
+        drain_blockers=blockers,
         untolerable_nodes=sorted({b.node for b in plan.blocked}),
-        ignored_nodes=sorted(set(plan.ignored)),
+        ignored_nodes=sorted({*plan.ignored, *ignored}),
         waiting_for=waiting_on[0] if waiting_on else None,
         stop_reasons=dict(plan.stopped),
         malformed=dict(malformed or {}),

@@ -13,6 +13,10 @@ them and collects their answers:
    start pods while the remaining ones are still planned;
 4. nodes no longer targeted are let go and brand-new nodes tainted (``lifecycle.releasing``).
 
+For the report it also collects, from every targeted node whether planned this pass or not
+(stale, malformed, its plan kept), what the conditions are recomputed from: each node's drain
+(``drain_views``) and the nodes carrying the ignore label (``ignored_nodes``).
+
 ``NodePlanner`` holds what plans depend on across passes: the settled nodes' kept plans, each
 package's declared interrupt as any node reported it, and the CR's secretVars data.
 """
@@ -23,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lifecycle import actions, aggregation, releasing, rollout, stages
+from lifecycle import actions, aggregation, draining, releasing, rollout, stages
 from lifecycle.nodestate import PackageState, batch_annotation
 from lifecycle.spec import Interrupt, NodeWright
 from lifecycle.status import BatchState, Status
@@ -128,7 +132,6 @@ class NodeResults:
     status: dict[str, Status] = field(default_factory=dict)
     failures: list[stages.NodeFailure] = field(default_factory=list)
     wakeups: list[datetime] = field(default_factory=list)
-    pdb_blocked: dict[str, list[str]] = field(default_factory=dict)
     works: int = 0
 
 
@@ -273,8 +276,6 @@ def node_works(
             if failure.final:
                 why = aggregation.describe_failure(failure)
                 notes.append(EventNote("NodeWright", name, "PackageFailed", why, warning=True))
-        if snap.blocking_pdbs and node in allowed and snap.facts.pods_to_evict:
-            results.pdb_blocked.setdefault(node, []).extend(snap.blocking_pdbs)
         if node_actions or notes or node in passed.records:
             results.works += 1
             yield NodeWork(
@@ -283,3 +284,35 @@ def node_works(
                 annotations=passed.records.get(node, {}),
                 events=notes,
             )
+
+
+def _targeted(seen: Observation) -> Iterator[snapshot.NodeSnapshot]:
+    """Every targeted node's snapshot: planned, stale or malformed."""
+    yield from seen.snaps.values()
+    yield from seen.stale.values()
+    yield from seen.malformed.values()
+
+
+def drain_views(seen: Observation, status: Mapping[str, Status]) -> list[aggregation.DrainView]:
+    """Every targeted node's drain as observed, with its status this pass (``status``): what
+    ``PDBBlocked`` is recomputed from, so a node that went erroring behind a PDB still counts."""
+    name = seen.cr.metadata.name
+    views = []
+    for snap in _targeted(seen):
+        cordon = snap.facts.cordon
+        views.append(
+            aggregation.DrainView(
+                name=snap.name,
+                status=status.get(snap.name) or snap.status or Status.UNKNOWN,
+                held=cordon is not None and name in cordon.holders,
+                to_evict=snap.facts.pods_to_evict,
+                blocking_pdbs=snap.blocking_pdbs,
+                blockers=tuple(draining.describe_blocker(p, d) for p, d in snap.drain.blockers),
+            )
+        )
+    return views
+
+
+def ignored_nodes(seen: Observation) -> list[str]:
+    """Targeted nodes carrying the ignore label, whatever their status (``NodesIgnored``)."""
+    return sorted(s.name for s in _targeted(seen) if aggregation.carries_ignore_label(s.labels))

@@ -271,8 +271,6 @@ class NodeWrightReconciler:
         """Step 4: aggregate and write the status, post the rollout's Events, set metrics."""
         cr, old, plan = seen.cr, seen.old, passed.rollout
         name = cr.metadata.name
-        for node, budgets in results.pdb_blocked.items():
-            outcome.pdb_blocked.setdefault(node, []).extend(budgets)
         status = aggregation.aggregate(
             aggregation.rollout_input(
                 cr,
@@ -283,6 +281,8 @@ class NodeWrightReconciler:
                 failures=results.failures,
                 pdb_blocked=outcome.pdb_blocked,
                 drain_blockers=outcome.drain_blockers,
+                drains=planning.drain_views(seen, results.status),
+                ignored=planning.ignored_nodes(seen),
                 malformed={n: s.state_error or "" for n, s in seen.malformed.items()},
                 waiting_on=seen.waiting_on,
                 deletion_pending=uninstall_pending,
