@@ -96,6 +96,16 @@ class PackageState(WireModel):
     pending_handlers: list[str] = Field(
         default_factory=list, description="Handlers a failed attempt left owed (run next time)."
     )
+    merged_with: list[str] = Field(
+        default_factory=list,
+        description="Other CRs whose due interrupts this entry's interrupt pod also performs "
+        "(owner only): one disruption for every rollout due on the node.",
+    )
+    interrupt_by: str = Field(
+        default="",
+        description="The CR whose interrupt pod performs this entry's interrupt (merged into "
+        "an earlier rollout's interrupt on the node).",
+    )
 
 
 def package_key(name: str, version: str) -> str:

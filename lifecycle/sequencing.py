@@ -7,7 +7,9 @@ needs. It is a small pure function of (priority, name, sequencing, flags, per-no
 Rules:
 - CRs are ordered by ``(priority, name)``; lower priority numbers go first.
 - Node N is ready for CR S iff every *earlier*, non-disabled CR O satisfies: O.sequencing=node and
-  O targets N -> O is complete on N; O.sequencing=all -> O is complete on every node it targets.
+  O targets N -> O is complete on N, or O holds N cordoned for its cycle (``joinable_on``: S joins
+  the cordon, and the work is ordered and the interrupt shared by ``lifecycle.peering``, so N is
+  disrupted once); O.sequencing=all -> O is complete on every node it targets.
 - A paused CR still blocks later ones (unless already complete where it matters); a disabled CR
   is treated as if it did not exist.
 - ``bridge.nodewright.io/pause`` / ``disable`` are active only with the exact value ``"true"``.
@@ -42,6 +44,7 @@ class CRProgress:
         sequencing: node (gates later CRs per node) or all (gates them fleet-wide).
         targets: nodes the CR selects.
         complete_on: nodes where the CR is complete (no pending work).
+        joinable_on: nodes the CR holds cordoned while in progress there (later CRs may join).
         paused: the pause annotation is set.
         disabled: the disable annotation is set.
     """
@@ -51,6 +54,7 @@ class CRProgress:
     sequencing: Sequencing
     targets: frozenset[str]
     complete_on: frozenset[str]
+    joinable_on: frozenset[str] = frozenset()
     paused: bool = False
     disabled: bool = False
 
@@ -60,7 +64,12 @@ class CRProgress:
 
     @classmethod
     def of(
-        cls, cr: NodeWright, *, targets: Iterable[str], complete_on: Iterable[str]
+        cls,
+        cr: NodeWright,
+        *,
+        targets: Iterable[str],
+        complete_on: Iterable[str],
+        joinable_on: Iterable[str] = (),
     ) -> CRProgress:
         """Build from a CR object plus the controller's per-node completion facts."""
         annotations = cr.metadata.annotations
@@ -70,6 +79,7 @@ class CRProgress:
             sequencing=cr.spec.sequencing,
             targets=frozenset(targets),
             complete_on=frozenset(complete_on),
+            joinable_on=frozenset(joinable_on),
             paused=is_paused(annotations),
             disabled=is_disabled(annotations),
         )
@@ -104,7 +114,11 @@ def _blockers(node: str, earlier: Sequence[CRProgress]) -> list[str]:
         if other.sequencing is Sequencing.ALL:
             if not other.complete_everywhere:
                 blockers.append(other.name)
-        elif node in other.targets and node not in other.complete_on:
+        elif (
+            node in other.targets
+            and node not in other.complete_on
+            and node not in other.joinable_on
+        ):
             blockers.append(other.name)
     return blockers
 

@@ -61,7 +61,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from lifecycle import durations, interrupts, versions
+from lifecycle import cycles, durations, interrupts, peering, versions
 from lifecycle.actions import (
     Action,
     Cordon,
@@ -96,8 +96,12 @@ RESOURCE_ID_CHARS = 24
 # The changed-key name of a secretVars reference change (a configInterrupts glob may match it).
 SECRET_VARS_KEY = "secretVars"
 
-PRE_INTERRUPT = frozenset({Stage.APPLY, Stage.UPGRADE, Stage.CONFIG, Stage.UNINSTALL})
-INTERRUPT_STAGES = frozenset({Stage.INTERRUPT, Stage.UNINSTALL_INTERRUPT})
+PRE_INTERRUPT = cycles.PRE_INTERRUPT
+INTERRUPT_STAGES = cycles.INTERRUPT_STAGES
+_uninstall_requested = cycles.uninstall_requested
+_entry_interrupts = cycles.entry_interrupts
+_is_terminal = cycles.is_terminal
+_due_for_interrupt = cycles.due_for_interrupt
 _CHAINS: Mapping[Stage, tuple[Stage, ...]] = {
     Stage.APPLY: (Stage.APPLY, Stage.CONFIG),
     Stage.UPGRADE: (Stage.UPGRADE, Stage.CONFIG),
@@ -161,6 +165,8 @@ class NodeFacts:
     pods_to_evict: int = 0
     non_interrupt_pods: int = 0
     foreign_package_pods: int = 0
+    # Other CRs' work on this node (``lifecycle.peering``): one cordon and one interrupt for all.
+    peers: tuple[peering.PeerOutlook, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,29 +414,6 @@ def _spec_package(work: _Work, key: str) -> tuple[str, Package] | None:
     if pkg is None or pkg.version != version:
         return None
     return name, pkg
-
-
-def _uninstall_requested(pkg: Package) -> bool:
-    return pkg.uninstall.enabled and pkg.uninstall.apply
-
-
-def _entry_interrupts(pkg: Package, entry: PackageState) -> list[Interrupt]:
-    if entry.stage in (Stage.UNINSTALL, Stage.UNINSTALL_INTERRUPT):
-        changed: list[str] = []  # an uninstall cycle interrupts like an install
-    else:
-        changed = entry.changed_keys
-    return interrupts.cycle_interrupts(
-        pkg, changed, declared=entry.declared, requested=entry.requested
-    )
-
-
-def _is_terminal(pkg: Package, entry: PackageState) -> bool:
-    """The entry finished its cycle (a complete config with no interrupt, or post-interrupt)."""
-    if entry.state is not StageState.COMPLETE:
-        return False
-    if entry.stage is Stage.POST_INTERRUPT:
-        return True
-    return entry.stage is Stage.CONFIG and not _entry_interrupts(pkg, entry)
 
 
 def _converged(work: _Work, name: str, pkg: Package) -> bool:
@@ -703,16 +686,6 @@ def _node_erroring(work: _Work) -> bool:
     )
 
 
-def _due_for_interrupt(pkg: Package, entry: PackageState) -> bool:
-    if entry.stage in INTERRUPT_STAGES and entry.state is StageState.SKIPPED:
-        return True
-    if entry.state is not StageState.COMPLETE:
-        return False
-    if entry.stage is Stage.UNINSTALL:
-        return True
-    return entry.stage is Stage.CONFIG and bool(_entry_interrupts(pkg, entry))
-
-
 def _on_way_to_interrupt(work: _Work, pkg: Package, key: str, entry: PackageState) -> bool:
     """Pre-interrupt work of an interrupt cycle still running: the group waits for it."""
     if entry.stage not in PRE_INTERRUPT or not _entry_interrupts(pkg, entry):
@@ -739,6 +712,7 @@ def _members(work: _Work) -> list[str]:
         if (e := work.state.get(key)) is not None
         and e.stage in INTERRUPT_STAGES
         and e.state in (StageState.SKIPPED, StageState.IN_PROGRESS)
+        and not e.interrupt_by
     ]
 
 
@@ -750,6 +724,8 @@ def _drive_interrupts(work: _Work) -> None:
     owner = _owner(work)
     if owner is not None:
         _drive_running_interrupt(work, *owner)
+        return
+    if _drive_joined(work):
         return
     if work.inp.paused or _node_erroring(work):
         return
@@ -771,6 +747,14 @@ def _drive_interrupts(work: _Work) -> None:
         _skip_interrupt(work, due)
         return
     facts = work.inp.node
+    gate = peering.interrupt_gate(work.inp.cr.metadata.name, facts.peers)
+    if gate.action == "join":
+        assert gate.peer is not None
+        _join_interrupt(work, due, gate.peer)
+        return
+    if gate.action == "wait":
+        work.notes.append(gate.reason)
+        return
     busy = len(work.live_keys) + facts.foreign_package_pods
     if not facts.ready or busy:
         work.notes.append("interrupt waits for the node to be Ready and idle")
@@ -778,6 +762,12 @@ def _drive_interrupts(work: _Work) -> None:
     if not _prepare(work, [key for key in due]):
         return
     owner_key = next(k for k, (name, _, _) in due.items() if name == merged.owner)
+    merged_with = sorted(gate.merge or {})
+    if merged_with:  # one interrupt for every rollout due on the node (lifecycle.peering)
+        theirs = {f"{peer}/": list(asked) for peer, asked in (gate.merge or {}).items()}
+        shared = interrupts.merge({**candidates, **theirs})
+        assert shared is not None
+        merged = interrupts.MergedInterrupt(shared.type, shared.services, merged.owner)
     now_text = rfc3339(work.now)
     for key, (_, _, entry) in due.items():
         stage = Stage.UNINSTALL_INTERRUPT if entry.stage is Stage.UNINSTALL else entry.stage
@@ -792,11 +782,95 @@ def _drive_interrupts(work: _Work) -> None:
                 attempts=1,
                 started=now_text,
                 interrupt=merged.type.value,
+                merged_with=merged_with,
                 **common,
             )
         else:
-            work.put(key, entry, state=StageState.SKIPPED, attempts=0, interrupt="", **common)
+            work.put(
+                key,
+                entry,
+                state=StageState.SKIPPED,
+                attempts=0,
+                interrupt="",
+                merged_with=[],
+                **common,
+            )
     _create_interrupt_pod(work, owner_key, merged.type, merged.services)
+
+
+def _join_interrupt(
+    work: _Work, due: Mapping[str, tuple[str, Package, PackageState]], peer: peering.PeerOutlook
+) -> None:
+    """An earlier CR's running interrupt performs ours too: mark the due entries as its."""
+    kind = peer.running_type or InterruptType.NOOP
+    for key, (_, _, entry) in due.items():
+        stage = Stage.UNINSTALL_INTERRUPT if entry.stage is Stage.UNINSTALL else entry.stage
+        if stage is Stage.CONFIG:
+            stage = Stage.INTERRUPT
+        work.put(
+            key,
+            entry,
+            stage=stage,
+            state=StageState.SKIPPED,
+            attempts=0,
+            started=rfc3339(work.now),
+            retry_at="",
+            message="",
+            boot_id=peer.boot_id or None,
+            interrupt=kind.value,
+            interrupt_by=peer.name,
+            merged_with=[],
+        )
+    work.notes.append(f"interrupt runs with nodewright {peer.name}'s")
+
+
+def _drive_joined(work: _Work) -> bool:
+    """Entries an earlier CR's interrupt performs: done, still running, or due again.
+
+    Done is a new bootID with Ready for a reboot, else the earlier CR's record of the finished
+    interrupt. If that interrupt failed or its CR is gone, the entries are due again and this
+    CR runs its own. True while one still waits.
+    """
+    inp = work.inp
+    facts = inp.node
+    me = inp.cr.metadata.name
+    peers = {p.name: p for p in facts.peers}
+    waiting = False
+    for name, pkg, key in _spec_items(work):
+        entry = work.state.get(key)
+        if entry is None or not entry.interrupt_by:
+            continue
+        peer = peers.get(entry.interrupt_by)
+        reboot = entry.interrupt == InterruptType.REBOOT.value
+        rebooted = reboot and bool(entry.boot_id) and facts.boot_id != entry.boot_id
+        deadline = (parse_time(entry.started) or inp.now) + _interrupt_timeout(pkg)
+        running = peer is not None and peer.running and peer.performs_for(me)
+        finished = peer is not None and peer.finished and peer.performs_for(me)
+        if (rebooted or (finished and not reboot)) and facts.ready:
+            _finish_joined(work, key, entry)
+        elif (running or rebooted) and inp.now < deadline:
+            waiting = True
+            _wake(work, deadline)
+            work.notes.append(f"{name}: interrupt runs with nodewright {entry.interrupt_by}'s")
+        else:  # failed, gone or late: due again, run by this CR
+            work.put(key, entry, interrupt_by="", interrupt="", boot_id=None)
+    return waiting
+
+
+def _finish_joined(work: _Work, key: str, entry: PackageState) -> None:
+    if entry.stage is Stage.UNINSTALL_INTERRUPT:
+        del work.state[key]
+        return
+    work.put(
+        key,
+        entry,
+        stage=Stage.INTERRUPT,
+        state=StageState.COMPLETE,
+        attempts=0,
+        interrupt_by="",
+        interrupt="",
+        retry_at="",
+    )
 
 
 def _skip_interrupt(work: _Work, due: Mapping[str, tuple[str, Package, PackageState]]) -> None:
@@ -923,6 +997,9 @@ def _services(work: _Work) -> tuple[str, ...]:
         spec = _spec_package(work, key)
         if spec is not None:
             candidates[spec[0]] = _entry_interrupts(spec[1], work.state[key])
+    for peer in work.inp.node.peers:
+        if peer.joined_to_me:
+            candidates[f"{peer.name}/"] = list(peer.joined_to_me)
     merged = interrupts.merge(candidates)
     return merged.services if merged is not None else ()
 
@@ -1115,6 +1192,8 @@ def _start(work: _Work, name: str, pkg: Package, key: str, *, may_start: bool, k
         "boot_id": None,
         "interrupt": "",
         "requested": None,
+        "merged_with": [],
+        "interrupt_by": "",
     }
     known = inp.declared.get(key)
     if known is not None and (entry is None or entry.declared is None):
@@ -1202,6 +1281,11 @@ def _continue(work: _Work, name: str, pkg: Package, key: str, entry: PackageStat
         return
     if not inp.node.ready:
         work.notes.append("waiting for the node to be Ready")
+        return
+    interrupt_cycle = needs_prep or entry.stage is Stage.POST_INTERRUPT
+    ordered = peering.pods_wait(inp.node.peers, interrupt_cycle=interrupt_cycle)
+    if ordered:
+        work.notes.append(f"{name} {ordered}")
         return
     attempt = entry.attempts if entry.attempts and retry_at is None else entry.attempts + 1
     hash_ = _hash(work, name, pkg)

@@ -89,6 +89,7 @@ def observe(
             c,
             targets=targeted_by[c.metadata.name],
             complete_on=snapshot.complete_on(c.metadata.name, nodes),
+            joinable_on=snapshot.joinable_on(c, nodes) if c.metadata.name != name else (),
         )
         for c in crs
     ]
@@ -118,7 +119,9 @@ def observe(
                 seen.held.append(held)
             if record_key in snapshot.annotations_of(node):
                 seen.departed.append(
-                    snapshot.snapshot_node(cr, node, stores, pdbs, node_index=caches.BY_NODE)
+                    snapshot.snapshot_node(
+                        cr, node, stores, pdbs, node_index=caches.BY_NODE, crs=crs
+                    )
                 )
             continue
         if auto_taint:
@@ -126,7 +129,9 @@ def observe(
         kept = cached.settled.get(
             cr, node, stores, paused=paused, disabled=disabled, node_index=caches.BY_NODE
         )
-        snap = kept or snapshot.snapshot_node(cr, node, stores, pdbs, node_index=caches.BY_NODE)
+        snap = kept or snapshot.snapshot_node(
+            cr, node, stores, pdbs, node_index=caches.BY_NODE, crs=crs
+        )
         if snap.state_error is not None:
             seen.malformed[node_name] = snap
         elif cached.stale(node):

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lifecycle import draining, releasing, results, selectors, stages
+from lifecycle import draining, peering, releasing, results, selectors, sequencing, stages
 from lifecycle.errors import SpecError
 from lifecycle.nodestate import (
     CORDON_ANNOTATION,
@@ -466,8 +466,10 @@ def snapshot_node(
     pdbs: PdbIndex,
     *,
     node_index: str = "node",
+    crs: Sequence[NodeWright] = (),
 ) -> NodeSnapshot:
-    """Everything the planners need about ``node`` for ``cr``."""
+    """Everything the planners need about ``node`` for ``cr`` (``crs``: every CR, for the
+    other rollouts' work on the node)."""
     meta = meta_of(node)
     name = str(meta.get("name", ""))
     annotations = meta.get("annotations") or {}
@@ -512,6 +514,7 @@ def snapshot_node(
         pods_to_evict=len(plan.evict) + len(plan.waiting_for) + len(plan.blockers),
         non_interrupt_pods=non_interrupt,
         foreign_package_pods=foreign,
+        peers=peer_outlooks(cr, node, crs) if len(crs) > 1 else (),
     )
     return NodeSnapshot(
         name=name,
@@ -531,6 +534,68 @@ def snapshot_node(
         blocking_pdbs=tuple(p.key for p in blocking),
         package_pod_versions=pod_versions(package_pods),
     )
+
+
+def peer_outlooks(
+    cr: NodeWright, node: Mapping[str, Any], crs: Sequence[NodeWright]
+) -> tuple[peering.PeerOutlook, ...]:
+    """The work the other CRs that target ``node`` recorded on it (``lifecycle.peering``).
+
+    A disabled CR is left out (sequencing ignores it too); one whose state does not parse
+    is left out as well (its own reconcile reports it)."""
+    meta = meta_of(node)
+    annotations = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    me = cr.metadata.name
+    rank = (cr.spec.priority, me)
+    cordon = parse_cordon(annotations.get(CORDON_ANNOTATION))
+    holders = set(cordon.holders) if cordon is not None else set()
+    out: list[peering.PeerOutlook] = []
+    for other in crs:
+        name = other.metadata.name
+        text = annotations.get(state_annotation(name))
+        if name == me or (not text and name not in holders):
+            continue
+        if sequencing.is_disabled(other.metadata.annotations):
+            continue
+        if not selectors.matches(other.spec.node_selectors, labels):
+            continue
+        try:
+            state = parse_state(text)
+        except ValueError:
+            continue
+        out.append(
+            peering.outlook(
+                other,
+                state,
+                me=me,
+                earlier=(other.spec.priority, name) < rank,
+                holds_cordon=name in holders,
+                complete=labels.get(status_key(name)) == Status.COMPLETE.value,
+                idle=sequencing.is_paused(other.metadata.annotations),
+            )
+        )
+    return tuple(out)
+
+
+def joinable_on(cr: NodeWright, nodes: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """Nodes ``cr`` holds cordoned while in progress there: a later CR may join its cordon
+    (``lifecycle.sequencing``). None while the CR is paused: it blocks later CRs."""
+    name = cr.metadata.name
+    if sequencing.is_paused(cr.metadata.annotations):
+        return frozenset()
+    key = status_key(name)
+    out: set[str] = set()
+    for n in nodes:
+        if labels_of(n).get(key) != Status.IN_PROGRESS.value:
+            continue
+        text = annotations_of(n).get(CORDON_ANNOTATION) or ""
+        if name not in text:
+            continue
+        record = parse_cordon(text)
+        if record is not None and name in record.holders:
+            out.add(str(meta_of(n).get("name", "")))
+    return frozenset(out)
 
 
 def complete_on(cr_name: str, nodes: Iterable[Mapping[str, Any]]) -> frozenset[str]:
