@@ -109,6 +109,10 @@ def test_two_reboot_rollouts_on_the_same_nodes_cordon_drain_and_reboot_each_node
             what="both rollouts complete",
             timeout=400,
         )
+        # The sampler keeps going until the last uncordon is seen (it follows the status write).
+        wait_for(
+            lambda: not any(world.node(n).spec.unschedulable for n in nodes), what="uncordoned"
+        )
     finally:
         traces = sampler.stop()
     for node in nodes:
