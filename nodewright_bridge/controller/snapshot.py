@@ -512,6 +512,8 @@ def snapshot_node(
         pods_to_evict=len(plan.evict) + len(plan.waiting_for) + len(plan.blockers),
         non_interrupt_pods=non_interrupt,
         foreign_package_pods=foreign,
+        blocking_pdbs=tuple(p.key for p in blocking),
+        unevictable_pods=len(plan.blockers),
     )
     return NodeSnapshot(
         name=name,
@@ -528,7 +530,7 @@ def snapshot_node(
         pods=tuple(sorted(ours, key=lambda p: p.name)),
         drain=plan,
         evictions=draining.evictions(plan.evict, relevant),
-        blocking_pdbs=tuple(p.key for p in blocking),
+        blocking_pdbs=facts.blocking_pdbs,
         package_pod_versions=pod_versions(package_pods),
     )
 
