@@ -1187,8 +1187,7 @@ def _drive_packages(work: _Work) -> None:
             _after_complete(work, name, pkg, key, entry, may_start=may_start)
         elif entry.state is StageState.IN_PROGRESS and entry.stage not in INTERRUPT_STAGES:
             _continue(work, name, pkg, key, entry)
-        elif entry.state is StageState.ERRORING:
-            _await_recovery(work, name, pkg, entry)
+    _await_recovery(work)
 
 
 # ---- recovery of erroring entries (lifecycle.recovery) ---------------------------------------
@@ -1219,15 +1218,17 @@ def _restart_due(work: _Work, name: str, pkg: Package, entry: PackageState) -> D
     return None
 
 
-def _await_recovery(work: _Work, name: str, pkg: Package, entry: PackageState) -> None:
-    """An erroring entry that was not restarted: say whether a re-attempt is due (the rollout
-    then picks the node again) and wake up when its back-off ends."""
-    if _restart_due(work, name, pkg, entry) is not None:
-        work.restart_due = True
-        return
-    at = parse_time(entry.reattempt_at)
-    if at is not None:
-        _wake(work, at)
+def _await_recovery(work: _Work) -> None:
+    """Erroring entries that were not restarted: say whether a re-attempt is due (the rollout
+    then picks the node again) and wake up when a back-off ends."""
+    for name, pkg, key in _spec_items(work):
+        entry = work.state.get(key)
+        if entry is None or entry.state is not StageState.ERRORING:
+            continue
+        if _restart_due(work, name, pkg, entry) is not None:
+            work.restart_due = True
+        elif (at := parse_time(entry.reattempt_at)) is not None:
+            _wake(work, at)
 
 
 def _restart_failed(work: _Work) -> None:

@@ -459,3 +459,14 @@ def test_reset_targets_reads_a_name_a_list_or_a_star() -> None:
     assert targets.reset == ("gpu",)
     assert targets.ignored == {"cpu": "not stopped", "x": "no such compartment"}
     assert batching.reset_targets("", stopped).ignored == {'""': "names no compartment"}
+
+
+def test_asking_to_uninstall_a_failed_package_is_a_change_that_lets_the_uninstall_run() -> None:
+    pkg = {**BASE, "uninstall": {"enabled": True}}
+    world = failed(pkg)
+    world.allowed = False
+    respec(world, {**pkg, "uninstall": {"enabled": True, "apply": True}})
+    assert probe(world).restart_due
+    world.allowed = True
+    (pod,) = of(world.step().actions, act.CreatePackagePod)
+    assert pod.stages == ("uninstall", "uninstall-check")
