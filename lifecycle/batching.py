@@ -17,6 +17,7 @@ Where we deliberately differ from NodeWright (the full list is in docs/architect
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lifecycle.spec import (
@@ -204,3 +205,48 @@ def resolve_reset_flag(cr: NodeWright, policy: DeploymentPolicy | None) -> bool:
 def fresh_state() -> BatchState:
     """The state of a compartment that has not run a batch yet (also the reset target)."""
     return BatchState()
+
+
+RESET_ALL = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class ResetTargets:
+    """What a ``bridge.nodewright.io/reset-compartment`` value asks for, against the compartments.
+
+    ``reset``: the stopped compartments it names (``*``: every stopped one); ``ignored``: name ->
+    why nothing happens for it (no such compartment, not stopped).
+    """
+
+    reset: tuple[str, ...]
+    ignored: Mapping[str, str]
+
+
+def reset_targets(request: str, stopped: Mapping[str, bool]) -> ResetTargets:
+    """Which of the compartments (name -> stopped by failureThreshold) ``request`` resets.
+
+    Only stopped compartments are reset, so a request handled twice (the controller restarted
+    before it removed the annotation) resets nothing the second time.
+    """
+    names = [part.strip() for part in request.split(",") if part.strip()]
+    if RESET_ALL in names:
+        reset = tuple(name for name, stop in stopped.items() if stop)
+        ignored = {} if reset else {RESET_ALL: "no compartment is stopped"}
+        return ResetTargets(reset=reset, ignored=ignored)
+    out: list[str] = []
+    why: dict[str, str] = {}
+    for name in dict.fromkeys(names):
+        if name not in stopped:
+            why[name] = "no such compartment"
+        elif not stopped[name]:
+            why[name] = "not stopped"
+        else:
+            out.append(name)
+    if not names:
+        why[request or '""'] = "names no compartment"
+    return ResetTargets(reset=tuple(out), ignored=why)
+
+
+def reset_state(at: str) -> BatchState:
+    """A compartment resumed by the reset annotation at ``at``: fresh, stamped ``resetAt``."""
+    return fresh_state().model_copy(update={"reset_at": at})

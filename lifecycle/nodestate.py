@@ -26,6 +26,9 @@ IGNORE_LABEL = f"{PREFIX}ignore"
 RUNTIME_REQUIRED_TAINT_KEY = f"{PREFIX}runtime-required"
 PAUSE_ANNOTATION = f"{PREFIX}pause"
 DISABLE_ANNOTATION = f"{PREFIX}disable"
+# On a NodeWright: compartment name(s), comma-separated, or "*": resume those Stalled compartments
+# once (``lifecycle.batching.reset_targets``); the controller removes it when handled.
+RESET_COMPARTMENT_ANNOTATION = f"{PREFIX}reset-compartment"
 
 
 def state_annotation(cr: str) -> str:
@@ -105,6 +108,25 @@ class PackageState(WireModel):
         default="",
         description="The CR whose interrupt pod performs this entry's interrupt (merged into "
         "an earlier rollout's interrupt on the node).",
+    )
+    # Recovery bookkeeping (``lifecycle.recovery``): what the entry ran (and so failed) with, and
+    # for an erroring entry the outside cause and its back-off.
+    spec: str = Field(
+        default="",
+        description="Fingerprint of the package spec the last attempt ran with; a different spec "
+        "restarts an erroring entry (empty: recorded before this existed).",
+    )
+    cause: str = Field(
+        default="",
+        description="Outside cause of the failure: drain, drain-expired, protected-pods, "
+        "image-pull or not-ready (empty: the package itself).",
+    )
+    reattempt_at: str = Field(
+        default="",
+        description="RFC 3339 of the re-attempt after an outside cause (sooner when it clears).",
+    )
+    reattempts: int = Field(
+        default=0, description="Re-attempts after outside causes in this cycle (back-off doubles)."
     )
 
 

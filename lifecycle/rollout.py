@@ -18,18 +18,29 @@ How a rollout moves (per compartment, see ``lifecycle.compartments`` and ``lifec
 3. When every member is done (no pending work) or failed (ERRORING and not retrying), the batch
    is evaluated against batchThreshold / failureThreshold / safetyLimit and the batch number moves
    on. A failed node ends its slot there (not sticky, unlike NodeWright); it keeps its record and
-   is not picked again in this rollout, so it cannot eat a slot of every later batch.
+   is not picked again while nothing changed, so it cannot eat a slot of every later batch.
+   It becomes a candidate again (recovery, ``lifecycle.recovery``) when its stage planner says a
+   re-attempt is due (``NodeView.restart``: the failed spec changed, an outside cause cleared or
+   its back-off passed), or when its compartment was reset after the node's last pick. Picked
+   again, it takes a slot in the new batch like any member and is counted there as succeeded or
+   failed; the earlier batch's evaluation stands, so ``failedNodes`` counts failed slots.
 4. With no current batch, a new one is picked from the candidates (nodes with pending work of
-   *any* kind: first install, upgrade, config change, uninstall), at most
+   *any* kind: first install, upgrade, config change, uninstall, a due re-attempt), at most
    ``min(strategy size, ceiling)`` of them, in this order:
    - nodes behind an exhausted PodDisruptionBudget go last (picked only when nothing else fits);
    - then by node status: in_progress (stray work), waiting, unknown, blocked, erroring
-     (erroring only when the node has no record of this rollout, e.g. after a reset);
+     (a re-attempt, or a node with no record of this rollout);
    - then creationTimestamp, then name.
    Nodes with label ``bridge.nodewright.io/ignore=true`` are reported ``ignored`` and nodes with
    a taint the CR does not tolerate are reported ``blocked``; neither takes a slot.
 5. A compartment stopped by failureThreshold picks nothing until its batch state is reset, and
-   ``stopped`` says why (for the ``Stalled`` condition).
+   ``stopped`` says why (for the ``Stalled`` condition). The annotation
+   ``bridge.nodewright.io/reset-compartment`` on the CR (a name, a comma list, or ``*``) resets the
+   named compartments that are stopped to a fresh batch state stamped with ``resetAt``: they pick
+   again, starting at the initial batch, and their failed nodes are candidates once more. A
+   compartment that is not stopped is left as it is, so handling the annotation twice (a
+   controller restarted before it removed it) changes nothing. The plan reports what it saw
+   (``reset_request``) for the controller to remove and what it reset (``compartment_resets``).
 
 Restart safety: apply a plan in this order: (1) write the batch states (status.compartments),
 (2) write ``records`` and delete ``released`` records on the Nodes, (3) start work on
@@ -51,7 +62,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from lifecycle import batching, compartments, selectors, sequencing
-from lifecycle.nodestate import IGNORE_LABEL, RUNTIME_REQUIRED_TAINT_KEY, BatchRecord
+from lifecycle.nodestate import (
+    IGNORE_LABEL,
+    RESET_COMPARTMENT_ANNOTATION,
+    RUNTIME_REQUIRED_TAINT_KEY,
+    BatchRecord,
+)
 from lifecycle.spec import DeploymentPolicy, NodeWright, Toleration
 from lifecycle.status import BatchState, CompartmentStatus, Status
 
@@ -91,6 +107,8 @@ class NodeView:
         ready: sequencing allows this CR to work on the node (``lifecycle.sequencing``).
         retrying: ERRORING but attempts remain; the node keeps its batch slot. Set it whenever a
             retry is still due, otherwise the failure ends the node's slot.
+        restart: ERRORING (failed) but a re-attempt is due (``stages.NodePlan.restart_due``):
+            once its batch is evaluated the node may be picked into a new one.
     """
 
     name: str
@@ -103,6 +121,7 @@ class NodeView:
     pdb_exhausted: bool = False
     ready: bool = True
     retrying: bool = False
+    restart: bool = False
 
     @property
     def done(self) -> bool:
@@ -184,6 +203,11 @@ class RolloutPlan:
         disabled: the CR is disabled: as paused.
         complete: every targeted node is done.
         reset: batch states were reset because the rollout completed (resetBatchStateOnCompletion).
+        reset_request: the CR's ``bridge.nodewright.io/reset-compartment`` value, handled by this
+            plan (None: absent, or not handled because the policy is missing); the controller
+            removes it once the batch states are written.
+        compartment_resets: compartments that request resumed (fresh batch state, ``resetAt``).
+        reset_ignored: names in the request that reset nothing -> why.
     """
 
     compartments: Mapping[str, CompartmentPlan]
@@ -202,6 +226,9 @@ class RolloutPlan:
     disabled: bool = False
     complete: bool = False
     reset: bool = False
+    reset_request: str | None = None
+    compartment_resets: tuple[str, ...] = ()
+    reset_ignored: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def batch_states(self) -> dict[str, BatchState]:
@@ -249,6 +276,25 @@ def is_member(record: BatchRecord, state: BatchState) -> bool:
         state.current_batch,
         state.picked,
     )
+
+
+def _moment(text: str) -> datetime | None:
+    try:
+        moment = datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+    if moment is not None and moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment
+
+
+def picked_before_reset(record: BatchRecord, state: BatchState) -> bool:
+    """The node's last pick predates the compartment's reset: a failure of it may be re-tried."""
+    reset = _moment(state.reset_at)
+    if reset is None:
+        return False
+    picked = _moment(record.picked)
+    return picked is None or picked < reset
 
 
 def _evaluate(
@@ -336,6 +382,17 @@ def plan_rollout(
     complete = bool(targeted) and all(n.done for n in targeted)
     reset = complete and batching.resolve_reset_flag(cr, policy)
 
+    picked_at = now.isoformat()
+    # Pass 0: the reset annotation resumes stopped compartments.
+    request = annotations.get(RESET_COMPARTMENT_ANNOTATION)
+    loaded = {r.name: batch_states.get(r.name) or batching.fresh_state() for r in rules}
+    targets = batching.reset_targets(
+        request or "", {name: state.should_stop for name, state in loaded.items()}
+    )
+    if request is not None:
+        for name in targets.reset:
+            loaded[name] = batching.reset_state(picked_at)
+
     # Pass 1: evaluate finished batches in every compartment.
     states: dict[str, BatchState] = {}
     pacings: dict[str, batching.Pacing] = {}
@@ -347,7 +404,7 @@ def plan_rollout(
         recorded = [
             n for n in targeted if n.record is not None and n.record.compartment == rule.name
         ]
-        state = batch_states.get(rule.name) or batching.fresh_state()
+        state = loaded[rule.name]
         state, evaluated = _evaluate(pacing, state, recorded, len(assignment.members[rule.name]))
         states[rule.name] = state
         outcomes[rule.name] = evaluated
@@ -363,7 +420,6 @@ def plan_rollout(
     waiting: list[str] = []
     stopped: dict[str, str] = {}
     plans: dict[str, CompartmentPlan] = {}
-    picked_at = now.isoformat()
 
     # Pass 2: run or start batches.
     for rule in rules:
@@ -381,8 +437,13 @@ def plan_rollout(
         for node in assigned:
             if node.done or (node.record is not None and is_current(node.record)):
                 continue
-            if node.failed and node.record is not None:
-                continue  # failed in this rollout: counted once, not retried automatically
+            if (
+                node.failed
+                and node.record is not None
+                and not node.restart
+                and not picked_before_reset(node.record, state)
+            ):
+                continue  # failed, and nothing changed since: counted once, not picked again
             if not node.ready:
                 waiting.append(node.name)
                 continue
@@ -480,4 +541,7 @@ def plan_rollout(
         disabled=disabled,
         complete=complete,
         reset=reset,
+        reset_request=request,
+        compartment_resets=targets.reset if request is not None else (),
+        reset_ignored=dict(targets.ignored) if request is not None else {},
     )

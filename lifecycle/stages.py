@@ -27,16 +27,36 @@ are removed once the upgrade succeeds), only newer ones means a downgrade, done 
 that keeps the newer key as a marker.
 
 Where we differ from NodeWright (docs/architecture.md, "Where we differ from NodeWright"):
-- New work (first install, upgrade, config change, uninstall, a retry after a spec fix) starts only
-  when ``allowed_to_start`` or the node is already in progress for this CR; work in flight goes on.
+- New work (first install, upgrade, config change, uninstall) starts only when
+  ``allowed_to_start`` or the node is already in progress for this CR; work in flight goes on.
 - A package starts only when all of its dependencies are complete on this node.
 - Every wait has a deadline: stage pods (incl. image pull) ``timeouts.stage`` from the attempt's
   start; podNonInterruptLabels wait plus drain ``min(timeouts.drain, spec.drain.timeout)``;
   interrupts incl. reboot and Ready ``timeouts.interrupt``. A failed or expired pod is retried with
   exponential back-off up to ``maxAttempts``; then the entry is ``erroring`` with a message. An
-  expired drain is not retried (the PDB or pod will not go away by itself): ``erroring`` at once.
+  expired drain is not retried in place (the PDB or pod will not go away by itself): ``erroring``
+  at once, with its outside cause (below).
 - An erroring entry stops new work on the node (its rollout slot ends as failed) and no interrupt
   starts on an erroring node; pods already running finish and are recorded.
+- Recovery (``lifecycle.recovery``): an entry records the fingerprint of the package spec each
+  attempt runs with (``spec``; a wait or drain that expires records the current one), so an
+  erroring entry says what it failed with, and, when the failure came from outside the
+  package, its ``cause`` (drain blocked by a PDB or an unevictable pod, drain expired,
+  podNonInterruptLabels pods still running, image pull, node NotReady) with ``reattemptAt`` (the
+  controller's ``--outside-retry`` back-off, doubling up to ``--outside-retry-max``), both named in
+  its message. A re-attempt is due when the spec changed (any field of the package; an entry
+  recorded before ``spec`` existed only for a vars/configMap/secretVars/tags change), when
+  the outside cause cleared in ``NodeFacts`` (no PDB or unevictable pod blocks the drain, the
+  protected pods are gone, the node is Ready) or when its back-off passed. A due re-attempt is
+  reported (``NodePlan.restart_due``) and happens only with the rollout's permission: the rollout
+  picks the node into a new batch (``new_slot``), which re-attempts every erroring entry of the
+  node (a compartment reset picks failed nodes for that reason alone). The entry restarts at
+  the stage that failed with fresh attempts; ``requested`` and ``pendingHandlers`` are kept. An
+  interrupt that failed runs again after the node is prepared, unless the reboot did happen and
+  only Ready came late: then a new bootID and Ready complete it (no second reboot). Events
+  ``RetryingAfterSpecChange``, ``RetryingAfterOutsideCause`` or ``RetryingFailedNode`` name it.
+  The cordon rules hold throughout: an erroring node keeps our cordon while its cycle needs it,
+  and a re-attempt continues from that cordon (no uncordon in between).
 - Cordon is owned: we add this CR as a holder and release only our hold (``Uncordon`` semantics
   in ``lifecycle.actions``); a node a human cordoned counts as cordoned, so we may drain it.
 - Reboot completion is a new bootID with Ready=True, never pod success alone. The pre-reboot bootID
@@ -61,7 +81,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from lifecycle import cycles, durations, interrupts, peering, versions
+from lifecycle import cycles, durations, interrupts, peering, recovery, versions
 from lifecycle.actions import (
     Action,
     Cordon,
@@ -79,6 +99,7 @@ from lifecycle.actions import (
 )
 from lifecycle.errors import InvalidVersionError
 from lifecycle.nodestate import CordonRecord, PackageState, Stage, StageState, package_key
+from lifecycle.recovery import DEFAULT_OUTSIDE_RETRY, Cause, Due, OutsideRetry
 from lifecycle.results import AgentResult
 from lifecycle.spec import Interrupt, InterruptType, NodeWright, Package
 from lifecycle.status import Status
@@ -155,6 +176,9 @@ class NodeFacts:
     ``pods_to_evict`` counts pods a drain with this CR's drain options must still evict (see
     ``lifecycle.draining``); ``non_interrupt_pods`` counts Running/Pending pods matching the CR's
     podNonInterruptLabels; ``foreign_package_pods`` counts other CRs' live package pods.
+    ``blocking_pdbs`` names (``namespace/name``) the PodDisruptionBudgets that allow no eviction of
+    those pods right now and ``unevictable_pods`` counts the pods the drain options cannot evict:
+    an outside cause ``drain`` has cleared when both are empty (``lifecycle.recovery``).
     """
 
     name: str
@@ -167,6 +191,8 @@ class NodeFacts:
     foreign_package_pods: int = 0
     # Other CRs' work on this node (``lifecycle.peering``): one cordon and one interrupt for all.
     peers: tuple[peering.PeerOutlook, ...] = ()
+    blocking_pdbs: tuple[str, ...] = ()
+    unevictable_pods: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +216,11 @@ class NodeInput:
     # Package name -> digest of the data of the Secrets its secretVars mount: new secret content
     # is a config change like new vars.
     secret_data: Mapping[str, str] = field(default_factory=dict)
+    # The rollout picked the node into a new batch in this plan: an erroring node got a slot
+    # again (a spec fix, a cleared outside cause, a compartment reset) and re-attempts.
+    new_slot: bool = False
+    # Back-off of re-attempts after an outside cause (a controller setting).
+    outside_retry: OutsideRetry = DEFAULT_OUTSIDE_RETRY
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +246,8 @@ class NodePlan:
     state: Mapping[str, PackageState]  # the node state once the actions are applied
     failures: tuple[NodeFailure, ...] = ()
     requeue_at: datetime | None = None
+    # Erroring, and a re-attempt is due (``lifecycle.recovery``): the rollout may pick it again.
+    restart_due: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,6 +366,7 @@ class _Work:
     started_new: bool = False
     blocked: bool = False
     pending_new: bool = False
+    restart_due: bool = False
     # (name, package, key) of the spec's packages by name; computed once per call (hot path)
     spec_items: list[tuple[str, Package, str]] | None = None
 
@@ -394,6 +428,7 @@ def _finish(work: _Work, status: Status, reason: str) -> NodePlan:
         state=dict(work.state),
         failures=tuple(work.failures),
         requeue_at=min(work.wakeups) if work.wakeups else None,
+        restart_due=work.restart_due,
     )
 
 
@@ -402,6 +437,10 @@ def _finish(work: _Work, status: Status, reason: str) -> NodePlan:
 
 def _hash(work: _Work, name: str, pkg: Package) -> str:
     return config_hash(pkg, work.inp.secret_data.get(name, ""))
+
+
+def _fingerprint(work: _Work, name: str, pkg: Package) -> str:
+    return recovery.fingerprint(pkg, work.inp.secret_data.get(name, ""))
 
 
 def _digests(work: _Work, name: str, pkg: Package) -> dict[str, str]:
@@ -506,12 +545,14 @@ def _observe_pods(work: _Work) -> None:
             task = failure.task if failure is not None else ""
             message = failure.message if failure is not None else _pod_failure_text(pod)
             _note_requests(work, key, entry, pod)
-            _fail_attempt(work, key, stage, task, message)
+            _fail_attempt(work, key, stage, task, message, by_package=failure is not None)
             work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="failed"))
         elif inp.now >= started + timeout:
             why = f" ({pod.waiting_reason})" if pod.waiting_reason else ""
             message = f"pod did not finish within {_fmt_duration(timeout)}{why}"
-            _fail_attempt(work, key, entry.stage.value, "", message)
+            pull = pod.waiting_reason in recovery.PULL_REASONS
+            cause = Cause.IMAGE_PULL if pull else None
+            _fail_attempt(work, key, entry.stage.value, "", message, cause=cause)
             work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="deadline"))
         else:
             work.live_keys.add(key)
@@ -623,8 +664,22 @@ def _drop_older_versions(work: _Work, name: str, version: str) -> None:
             del work.state[key]
 
 
-def _fail_attempt(work: _Work, key: str, stage: str, task: str, message: str) -> None:
-    """Record a failed attempt: retry after back-off, or ``erroring`` once attempts run out."""
+def _fail_attempt(
+    work: _Work,
+    key: str,
+    stage: str,
+    task: str,
+    message: str,
+    *,
+    cause: Cause | None = None,
+    by_package: bool = False,
+) -> None:
+    """Record a failed attempt: retry after back-off, or ``erroring`` once attempts run out.
+
+    ``cause``: the failure came from outside the package; without one, and unless the package's
+    own run reported the failure (``by_package``), a node that is not Ready or an interrupt pod
+    that cannot pull its image is the cause (``lifecycle.recovery``).
+    """
     entry = work.state[key]
     base = stage.removesuffix("-check")
     try:
@@ -637,13 +692,56 @@ def _fail_attempt(work: _Work, key: str, stage: str, task: str, message: str) ->
     max_attempts = spec[1].max_attempts if spec is not None else 1
     final = entry.attempts >= max_attempts
     text = _truncate(message or "failed")
+    if cause is None and not by_package:
+        cause = _outside_cause(work, key)
     if final:
-        work.put(key, entry, stage=failed_stage, state=StageState.ERRORING, message=text)
+        text = _give_up(work, key, entry, text, cause, stage=failed_stage)
     else:
         retry = work.now + backoff(entry.attempts)
         work.put(key, entry, stage=failed_stage, retry_at=rfc3339(retry), message=text)
         _wake(work, retry)
     _record_failure(work, key, stage, task, text, final=final)
+
+
+def _outside_cause(work: _Work, key: str) -> Cause | None:
+    """The outside cause of a failure nobody reported: an unpullable interrupt image, NotReady."""
+    pod = work.live_interrupt.get(key)
+    if pod is not None and pod.waiting_reason in recovery.PULL_REASONS:
+        return Cause.IMAGE_PULL
+    if not work.inp.node.ready:
+        return Cause.NOT_READY
+    return None
+
+
+def _give_up(
+    work: _Work,
+    key: str,
+    entry: PackageState,
+    message: str,
+    cause: Cause | None,
+    **changes: object,
+) -> str:
+    """Make ``key`` erroring, recording what it failed with (``lifecycle.recovery``): the spec its
+    attempt ran with (``changes`` may name it; the current one when none was recorded), and for an
+    outside cause the cause and when it is re-attempted (named in the message). Returns the
+    message recorded."""
+    fields: dict[str, object] = {"cause": "", "reattempt_at": ""}
+    if not entry.spec and (spec := _spec_package(work, key)) is not None:
+        fields["spec"] = _fingerprint(work, *spec)
+    if cause is not None:
+        at = work.now + work.inp.outside_retry.delay(entry.reattempts)
+        note = f"; {_reattempt_text(cause, at)}"
+        message = _truncate(message, MESSAGE_MAX - len(note)) + note
+        fields.update(cause=cause.value, reattempt_at=rfc3339(at))
+        _wake(work, at)
+    fields.update(changes, state=StageState.ERRORING, message=message)
+    work.put(key, entry, **fields)
+    return message
+
+
+def _reattempt_text(cause: Cause, at: datetime) -> str:
+    when = recovery.until(cause)
+    return f"re-attempt {when} or at {rfc3339(at)}" if when else f"re-attempt at {rfc3339(at)}"
 
 
 def _record_failure(
@@ -1054,16 +1152,13 @@ def _prepare(work: _Work, keys: Sequence[str]) -> bool:
         anchors.append(start + _drain_timeout(work, spec[1]))
     deadline = min(anchors, default=inp.now + timedelta(minutes=30))
     if inp.now >= deadline:
-        if facts.non_interrupt_pods:
-            why = f"{facts.non_interrupt_pods} podNonInterruptLabels pod(s) still running"
-            stage = "wait"
-        else:
-            why = f"drain did not finish: {facts.pods_to_evict} pod(s) still to evict"
-            stage = "drain"
+        stage, why, cause = _unprepared(facts)
         for key in keys:
-            entry = work.state[key]
-            work.put(key, entry, state=StageState.ERRORING, message=_truncate(why))
-            _record_failure(work, key, stage, "", why, final=True)
+            # Nothing ran: what failed was the preparation for the spec as it is now.
+            current = _spec_package(work, key)
+            ran = {"spec": _fingerprint(work, *current)} if current is not None else {}
+            text = _give_up(work, key, work.state[key], _truncate(why), cause, **ran)
+            _record_failure(work, key, stage, "", text, final=True)
         return False
     _wake(work, deadline)
     action: Action
@@ -1085,6 +1180,21 @@ def _prepare(work: _Work, keys: Sequence[str]) -> bool:
     work.actions.append(action)
     work.notes.append(note)
     return False
+
+
+def _unprepared(facts: NodeFacts) -> tuple[str, str, Cause]:
+    """Stage, message and outside cause of a wait or drain that reached its deadline."""
+    if facts.non_interrupt_pods:
+        why = f"{facts.non_interrupt_pods} podNonInterruptLabels pod(s) still running"
+        return "wait", why, Cause.PROTECTED_PODS
+    why = f"drain did not finish: {facts.pods_to_evict} pod(s) still to evict"
+    if facts.blocking_pdbs:
+        names = ", ".join(facts.blocking_pdbs)
+        return "drain", f"{why}, blocked by PodDisruptionBudget {names}", Cause.DRAIN
+    if facts.unevictable_pods:
+        why = f"{why}, {facts.unevictable_pods} of them not evictable with these drain options"
+        return "drain", why, Cause.DRAIN
+    return "drain", why, Cause.DRAIN_EXPIRED
 
 
 def _previous_version(work: _Work, name: str, version: str) -> tuple[Stage, str]:
@@ -1134,10 +1244,9 @@ def _entries_in_flight(work: _Work) -> bool:
 
 def _drive_packages(work: _Work) -> None:
     inp = work.inp
+    _restart_failed(work)
     erroring = _node_erroring(work)
     work.interrupting = _owner(work) is not None
-    # Only a spec fix of the failed package itself may restart work on an erroring node.
-    may_retry = not inp.paused and inp.allowed_to_start
     may_start = not inp.paused and not erroring and (inp.allowed_to_start or _node_started(work))
     for name, pkg, key in _spec_items(work):
         entry = work.state.get(key)
@@ -1155,8 +1264,129 @@ def _drive_packages(work: _Work) -> None:
             _after_complete(work, name, pkg, key, entry, may_start=may_start)
         elif entry.state is StageState.IN_PROGRESS and entry.stage not in INTERRUPT_STAGES:
             _continue(work, name, pkg, key, entry)
-        elif entry.state is StageState.ERRORING and entry.config_hash != _hash(work, name, pkg):
-            _start(work, name, pkg, key, may_start=may_retry, kind="retry")
+    _await_recovery(work)
+
+
+# ---- recovery of erroring entries (lifecycle.recovery) ---------------------------------------
+
+
+def _restart_due(work: _Work, name: str, pkg: Package, entry: PackageState) -> Due | None:
+    """Why the erroring ``entry`` deserves another attempt now, or None (``lifecycle.recovery``)."""
+    if entry.spec:
+        if entry.spec != _fingerprint(work, name, pkg):
+            return Due.SPEC
+    elif entry.config_hash and entry.config_hash != _hash(work, name, pkg):
+        return Due.SPEC  # recorded before ``spec`` existed: the config hash is all we know
+    cause = recovery.cause_of(entry.cause)
+    if cause is None:
+        return None
+    facts = work.inp.node
+    blockers = recovery.Blockers(
+        ready=facts.ready,
+        blocking_pdbs=facts.blocking_pdbs,
+        unevictable_pods=facts.unevictable_pods,
+        protected_pods=facts.non_interrupt_pods,
+    )
+    if recovery.cleared(cause, blockers):
+        return Due.CLEARED
+    at = parse_time(entry.reattempt_at)
+    if at is None or work.now >= at:
+        return Due.BACKOFF
+    return None
+
+
+def _await_recovery(work: _Work) -> None:
+    """Erroring entries that were not restarted: say whether a re-attempt is due (the rollout
+    then picks the node again) and wake up when a back-off ends."""
+    for name, pkg, key in _spec_items(work):
+        entry = work.state.get(key)
+        if entry is None or entry.state is not StageState.ERRORING:
+            continue
+        if _restart_due(work, name, pkg, entry) is not None:
+            work.restart_due = True
+        elif (at := parse_time(entry.reattempt_at)) is not None:
+            _wake(work, at)
+
+
+def _restart_failed(work: _Work) -> None:
+    """Re-attempt erroring entries, from the stage that failed with fresh attempts.
+
+    Only with the rollout's permission (a failed node has no batch slot): the due entries when
+    the node may start work, and every erroring entry when the rollout picked the node into a new
+    batch (``new_slot``: it was given the slot for a re-attempt). What the cycle's runs asked for
+    (``requested``) and the handlers they left owed (``pendingHandlers``) are kept.
+    """
+    inp = work.inp
+    if inp.paused or not inp.allowed_to_start:
+        return
+    for name, pkg, key in _spec_items(work):
+        entry = work.state.get(key)
+        if entry is None or entry.state is not StageState.ERRORING or key in work.live_keys:
+            continue
+        due = _restart_due(work, name, pkg, entry)
+        if due is None and inp.new_slot:
+            due = Due.PICKED
+        if due is not None:
+            _restart(work, (name, pkg), key, entry, due)
+
+
+def _restart(
+    work: _Work, spec: tuple[str, Package], key: str, entry: PackageState, due: Due
+) -> None:
+    inp = work.inp
+    facts = inp.node
+    name, pkg = spec
+    now = rfc3339(inp.now)
+    # A new spec starts a new back-off; an outside re-attempt doubles it.
+    outside = due in (Due.CLEARED, Due.BACKOFF)
+    reattempts = 0 if due is Due.SPEC else entry.reattempts + (1 if outside else 0)
+    fields: dict[str, object] = {
+        "state": StageState.IN_PROGRESS,
+        "attempts": 0,
+        "retry_at": "",
+        "message": "",
+        "started": now,
+        "spec": _fingerprint(work, name, pkg),  # an interrupt re-run runs no package pod
+        "cause": "",
+        "reattempt_at": "",
+        "reattempts": reattempts,
+    }
+    if entry.stage in INTERRUPT_STAGES:
+        # The interrupt runs again after the node is prepared (the retry path of a running
+        # interrupt), unless the reboot did happen and only Ready was late: then it completes
+        # as soon as the node is Ready, without a second reboot.
+        rebooted = bool(entry.boot_id) and facts.boot_id != entry.boot_id
+        fields["attempts"] = 1
+        if not (rebooted and entry.interrupt == InterruptType.REBOOT.value):
+            fields["attempts"] = 0
+            fields["retry_at"] = now
+        _wake(work, inp.now)
+    else:
+        fields["resource_id"] = resource_id(inp.cr, name, pkg.version, _hash(work, name, pkg))
+    work.put(key, entry, **fields)
+    work.started_new = True
+    _announce_restart(work, key, entry, due)
+
+
+def _announce_restart(work: _Work, key: str, entry: PackageState, due: Due) -> None:
+    name, _, version = key.partition("|")
+    inp = work.inp
+    cause = recovery.cause_of(entry.cause)
+    if due is Due.SPEC:
+        reason, why = "RetryingAfterSpecChange", "the package's spec changed"
+    elif cause is not None and due in (Due.CLEARED, Due.BACKOFF):
+        reason, why = "RetryingAfterOutsideCause", f"{cause.value} ({due.value})"
+    else:
+        reason, why = "RetryingFailedNode", "the rollout picked the node again"
+    failed = _truncate(entry.message, 300)
+    message = (
+        f"{name} {version} on {inp.node.name}: re-attempt from {entry.stage.value} after "
+        f"{why}; it had failed: {failed}"
+    )
+    for kind, obj in (("Node", inp.node.name), ("NodeWright", inp.cr.metadata.name)):
+        work.actions.append(
+            EmitEvent(kind=kind, name=obj, reason=reason, message=_truncate(message, 1000))
+        )
 
 
 def _deps_ready(work: _Work, name: str, pkg: Package) -> bool:
@@ -1173,7 +1403,8 @@ def _deps_ready(work: _Work, name: str, pkg: Package) -> bool:
 
 
 def _start(work: _Work, name: str, pkg: Package, key: str, *, may_start: bool, kind: str) -> None:
-    """Open a new cycle for ``key`` (install, upgrade, downgrade, config, uninstall, retry)."""
+    """Open a new cycle for ``key`` (install, upgrade, downgrade, config, uninstall, reapply);
+    an erroring entry is re-attempted by ``_restart`` instead."""
     work.pending_new = True
     if kind != "uninstall" and not _deps_ready(work, name, pkg):
         return
@@ -1194,6 +1425,9 @@ def _start(work: _Work, name: str, pkg: Package, key: str, *, may_start: bool, k
         "requested": None,
         "merged_with": [],
         "interrupt_by": "",
+        "cause": "",
+        "reattempt_at": "",
+        "reattempts": 0,
     }
     known = inp.declared.get(key)
     if known is not None and (entry is None or entry.declared is None):
@@ -1214,12 +1448,9 @@ def _start(work: _Work, name: str, pkg: Package, key: str, *, may_start: bool, k
     elif kind == "uninstall":
         assert entry is not None
         entry = work.put(key, entry, stage=Stage.UNINSTALL, changed_keys=[], **base)
-    elif kind == "reapply":  # new image content at the same version: the whole role again
-        assert entry is not None
+    else:  # reapply: new image content at the same version, the whole role again
+        assert kind == "reapply" and entry is not None
         entry = work.put(key, entry, stage=Stage.APPLY, changed_keys=[], **base)
-    else:  # retry an erroring entry after a spec fix, from the stage that failed
-        assert entry is not None
-        entry = work.put(key, entry, **base)
     work.started_new = True
     _continue(work, name, pkg, key, entry)
 
@@ -1305,6 +1536,7 @@ def _continue(work: _Work, name: str, pkg: Package, key: str, entry: PackageStat
         config_keys=digests,
         changed_keys=changed,
         content=content_id(pkg),
+        spec=_fingerprint(work, name, pkg),
     )
     _, previous = _previous_version(work, name, pkg.version)
     deadline = started + _stage_timeout(pkg)
@@ -1384,6 +1616,16 @@ def _needs_cordon(work: _Work) -> bool:
     return False
 
 
+def _recovery_note(work: _Work, name: str, pkg: Package, entry: PackageState) -> str:
+    """What brings an erroring entry back, for the node's status reason."""
+    due = _restart_due(work, name, pkg, entry)
+    if due is not None:
+        return f"; re-attempt due ({due.value}): waiting for the rollout to pick the node again"
+    if recovery.cause_of(entry.cause) is not None:
+        return ""  # the message says when it is re-attempted
+    return "; a change to the package's spec retries it"
+
+
 def _release_cordon(work: _Work) -> None:
     facts = work.inp.node
     cr = work.inp.cr.metadata.name
@@ -1403,8 +1645,8 @@ def _node_status(work: _Work) -> tuple[Status, str]:
         return Status.PAUSED, "CR is paused"
     if _node_erroring(work):
         errs = [
-            f"{name}: {e.message}"
-            for name, _, key in _spec_items(work)
+            f"{name}: {e.message}{_recovery_note(work, name, pkg, e)}"
+            for name, pkg, key in _spec_items(work)
             if (e := work.state.get(key)) is not None and e.state is StageState.ERRORING
         ]
         return Status.ERRORING, _truncate("; ".join(errs), 500)

@@ -51,6 +51,11 @@ class BatchState(WireModel):
     should_stop: bool = Field(default=False, description="Stopped by failureThreshold.")
     last_batch_size: int = Field(default=0, description="Size of the last evaluated batch.")
     last_batch_failed: bool = Field(default=False, description="Last batch below batchThreshold.")
+    reset_at: str = Field(
+        default="",
+        description="When bridge.nodewright.io/reset-compartment last resumed this compartment; "
+        "nodes that failed in a batch picked before it are picked again.",
+    )
 
 
 class CompartmentStatus(WireModel):

@@ -2,7 +2,10 @@
 
 The runtime (informers, queue, leader election, metrics) is generic; the NodeWright reconciler
 is plugged in by ``controller.wiring.build_reconciler``. ``make_command(factory)`` builds the same
-command around another reconciler factory (the runtime's own tests run one that only logs).
+command around another reconciler factory (the runtime's own tests run one that only logs);
+``configure`` adds the NodeWright reconciler's settings (``--outside-retry``,
+``--outside-retry-max``: the back-off of re-attempts after a failure outside the package, see
+``lifecycle.recovery``) and builds the factory from them.
 
 SIGTERM and SIGINT stop gracefully: the queue stops handing out keys, the current reconciles
 finish, the Lease is released so a standby takes over at once.
@@ -15,14 +18,16 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from types import FrameType
 from typing import Any
 
 import click
 
+from lifecycle import durations, recovery
 from nodewright_bridge.clock import SystemClock
 from nodewright_bridge.commands.common import kube_options
-from nodewright_bridge.controller.wiring import build_reconciler
+from nodewright_bridge.controller.wiring import build_reconciler, reconciler_factory
 from nodewright_bridge.errors import ConfigurationError
 from nodewright_bridge.k8s.client import ClientSettings, build_api_client
 from nodewright_bridge.k8s.rest import Rest
@@ -88,17 +93,65 @@ def _options(command: Callable[..., None]) -> Callable[..., None]:
     return command
 
 
-def make_command(factory: ReconcilerFactory) -> click.Command:
-    """``nwb controller`` around ``factory`` (``build_reconciler(context) -> Reconciler``)."""
+def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
+    """A Go duration (``30s``, ``5m``, ``1h``), more than zero."""
+    try:
+        parsed = durations.parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    if parsed <= timedelta(0):
+        raise click.BadParameter(f'"{value}" must be more than zero', ctx=ctx, param=param)
+    return parsed
 
-    @click.command(name="controller")
-    @_options
-    def command(**options: Any) -> None:
-        """Run the controller (informers, work queue, leader election, /metrics, /healthz,
-        /readyz)."""
-        run(factory, **options)
 
+def _recovery_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The NodeWright reconciler's settings (defaults: ``recovery.OutsideRetry``)."""
+    for option in (
+        click.option(
+            "--outside-retry",
+            callback=_duration,
+            default="5m",
+            show_default=True,
+            help="First re-attempt of a node that failed for a cause outside the package (drain "
+            "blocked or expired, protected pods, image pull, NotReady), unless the cause clears "
+            "sooner; doubles on every further failure.",
+        ),
+        click.option(
+            "--outside-retry-max",
+            callback=_duration,
+            default="1h",
+            show_default=True,
+            help="Longest back-off between such re-attempts.",
+        ),
+    ):
+        command = option(command)
     return command
+
+
+def make_command(
+    factory: ReconcilerFactory,
+    *,
+    configure: Callable[[recovery.OutsideRetry], ReconcilerFactory] | None = None,
+) -> click.Command:
+    """``nwb controller`` around ``factory`` (``build_reconciler(context) -> Reconciler``); with
+    ``configure``, the recovery options too, and the factory ``configure(settings)`` returns."""
+
+    def start(**options: Any) -> None:
+        chosen = factory
+        if configure is not None:
+            base = options.pop("outside_retry")
+            cap = options.pop("outside_retry_max")
+            if cap < base:
+                raise click.BadParameter(
+                    "must be at least --outside-retry", param_hint="--outside-retry-max"
+                )
+            chosen = configure(recovery.OutsideRetry(base=base, cap=cap))
+        run(chosen, **options)
+
+    start.__doc__ = """Run the controller (informers, work queue, leader election, /metrics,
+    /healthz, /readyz)."""
+    decorated = _recovery_options(start) if configure is not None else start
+    return click.command(name="controller")(_options(decorated))
 
 
 def run(
@@ -150,4 +203,4 @@ def run(
     sys.exit(manager.run())
 
 
-command = make_command(build_reconciler)
+command = make_command(build_reconciler, configure=reconciler_factory)

@@ -117,9 +117,9 @@ class Executor:
         type_ = EventType.WARNING if warning else EventType.NORMAL
         self._events.post(_event_ref(kind, name, cr), type_, reason, note)
 
-    def _emit(self, cr_name: str, action: actions.EmitEvent) -> None:
+    def _emit(self, cr_name: str, action: actions.EmitEvent, cr: NodeWright | None = None) -> None:
         warning = action.type is actions.EventType.WARNING
-        self.event(action.kind, action.name, action.reason, action.message, warning=warning)
+        self.event(action.kind, action.name, action.reason, action.message, warning=warning, cr=cr)
         if action.reason == "PackageFailed":
             self._metrics.pod_failures.labels(cr_name).inc()
 
@@ -235,7 +235,7 @@ class Executor:
         elif isinstance(action, actions.SetAnnotations):
             node.patch({"metadata": {"annotations": dict(action.annotations)}})
         elif isinstance(action, actions.EmitEvent):
-            node.after_write(lambda: self._emit(cr_name, action))
+            node.after_write(lambda: self._emit(cr_name, action, cr))
         # VerifyReboot: the planner judges the next snapshot (new bootID + Ready); we requeue.
         # ReleaseNode / RemoveFinalizer are not node-list actions: see apply_outside.
 

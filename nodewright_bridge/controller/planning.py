@@ -18,7 +18,8 @@ For the report it also collects, from every targeted node whether planned this p
 (``drain_views``) and the nodes carrying the ignore label (``ignored_nodes``).
 
 ``NodePlanner`` holds what plans depend on across passes: the settled nodes' kept plans, each
-package's declared interrupt as any node reported it, and the CR's secretVars data.
+package's declared interrupt as any node reported it, the CR's secretVars data, and the
+controller's back-off of re-attempts after an outside cause (``lifecycle.recovery``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lifecycle import actions, aggregation, draining, releasing, rollout, stages
+from lifecycle import actions, aggregation, draining, recovery, releasing, rollout, stages
 from lifecycle.nodestate import PackageState, batch_annotation
 from lifecycle.spec import Interrupt, NodeWright
 from lifecycle.status import BatchState, Status
@@ -41,9 +42,15 @@ from nodewright_bridge.k8s import caches
 class NodePlanner:
     """The stage planner with what its answers depend on across passes (see the module doc)."""
 
-    def __init__(self, stores: snapshot.Stores, settled: SettledNodes) -> None:
+    def __init__(
+        self,
+        stores: snapshot.Stores,
+        settled: SettledNodes,
+        outside_retry: recovery.OutsideRetry = recovery.DEFAULT_OUTSIDE_RETRY,
+    ) -> None:
         self._stores = stores
         self.settled = settled
+        self._outside_retry = outside_retry
         self._declared: dict[str, dict[str, Interrupt]] = {}
         self._secret_data: dict[str, dict[str, str]] = {}
 
@@ -62,10 +69,14 @@ class NodePlanner:
         *,
         paused: bool,
         disabled: bool,
+        new_slot: bool = False,
     ) -> stages.NodePlan:
-        """The stage planner's answer for ``snap`` and ``key``: kept if the node is settled."""
+        """The stage planner's answer for ``snap`` and ``key``: kept if the node is settled.
+
+        ``new_slot``: the rollout picked the node into a new batch now (never a kept plan: an
+        erroring node re-attempts)."""
         name = cr.metadata.name
-        kept = self.settled.plan(cr, snap.name, key, now)
+        kept = None if new_slot else self.settled.plan(cr, snap.name, key, now)
         if kept is not None:
             return kept
         allowed, paused_key, order, unpickable = key
@@ -84,6 +95,8 @@ class NodePlanner:
                 unpickable=unpickable,
                 declared=self._declared.get(name, {}),
                 secret_data=self._secret_data.get(name, {}),
+                new_slot=new_slot,
+                outside_retry=self._outside_retry,
             )
         )
         self._learn(name, node_plan.state)
@@ -166,6 +179,7 @@ def node_view(
         record=snap.record,
         pdb_exhausted=bool(snap.blocking_pdbs),
         ready=ready,
+        restart=probe is not None and probe.restart_due,
     )
 
 
@@ -253,11 +267,20 @@ def node_works(
             unpickable=passed.unpickable.get(node, ""),
         )
         probe_key, probe = passed.probes[node]
+        new_slot = node in plan.records  # picked into a new batch by this plan
         # The planner is pure: the probe already answered an identical input.
         node_plan = (
             probe
-            if key == probe_key
-            else planner.plan(cr, snap, key, seen.now, paused=seen.paused, disabled=seen.disabled)
+            if key == probe_key and not new_slot
+            else planner.plan(
+                cr,
+                snap,
+                key,
+                seen.now,
+                paused=seen.paused,
+                disabled=seen.disabled,
+                new_slot=new_slot,
+            )
         )
         extra = releasing.plan_runtime_taint(
             cr, node, taints=snap.taints, labels=snap.labels, status=node_plan.status, crs=seen.crs

@@ -12,9 +12,11 @@ One reconcile of CR ``name`` (it never learns which event caused it):
      node's stage plan, the release of nodes no longer targeted;
   3. **apply** (:meth:`NodeWrightReconciler._apply`): in the restart-safe order the rollout
      planner's docstring gives - (a) batch states and the node-order counter into ``status``,
-     (b)+(c) each node's batch record riding on its first write (one atomic patch, so work never
-     starts without it) and its actions, written by the executor in parallel, the nodes that
-     start pods while the rest are still planned; then the releases;
+     then the handled ``bridge.nodewright.io/reset-compartment`` annotation removed (only if its
+     value is still the one handled; handling it again resets nothing), (b)+(c) each node's
+     batch record riding on its first write (one atomic patch, so work never starts without it)
+     and its actions, written by the executor in parallel, the nodes that start pods while the
+     rest are still planned; then the releases;
   4. **report** (:meth:`NodeWrightReconciler._report`): the aggregated status (written when it
      changed), Events, metrics, and the requeue at the earliest deadline the planners reported
      (bounded by ``POLL_SECONDS`` while work is open).
@@ -34,8 +36,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from lifecycle import aggregation, releasing, rollout
-from lifecycle.nodestate import status_key
+from lifecycle import aggregation, recovery, releasing, rollout
+from lifecycle.nodestate import RESET_COMPARTMENT_ANNOTATION, status_key
 from lifecycle.spec import DeploymentPolicy, NodeWright
 from lifecycle.status import NodeWrightStatus, Status
 from nodewright_bridge.clock import Clock
@@ -93,6 +95,7 @@ class NodeWrightReconciler:
         metrics: ProductMetrics,
         clock: Clock,
         foreground: Foreground | None = None,
+        outside_retry: recovery.OutsideRetry = recovery.DEFAULT_OUTSIDE_RETRY,
     ) -> None:
         self._rest = rest
         self._writer = writer
@@ -107,7 +110,7 @@ class NodeWrightReconciler:
         # starts before the cache has caught up must build on it, not on an older status
         # (recentFailures and batch states would otherwise be lost).
         self._statuses: dict[str, tuple[int, NodeWrightStatus]] = {}
-        self._planner = planning.NodePlanner(stores, SettledNodes())
+        self._planner = planning.NodePlanner(stores, SettledNodes(), outside_retry)
         self.executor = Executor(
             rest=rest,
             writer=writer,
@@ -248,6 +251,7 @@ class NodeWrightReconciler:
         if seen.stale or passed.tainting:
             outcome.soon(STALE_RETRY_SECONDS)
         self._write_batch_states(cr.metadata.name, seen.old, passed.rollout)
+        self._handled_reset(cr, passed.rollout)
         # Once the rollout is done, every node's record lands before the status says so.
         with self.executor.applying(cr, outcome, defer=not passed.rollout.complete) as writes:
             for work in planning.node_works(seen, passed, self._planner, results):
@@ -321,6 +325,30 @@ class NodeWrightReconciler:
         }
         answer = self._writer.patch_status(resources.NODEWRIGHTS, name, body)
         self._remember_status(name, answer)
+
+    def _handled_reset(self, cr: NodeWright, plan: rollout.RolloutPlan) -> None:
+        """The reset annotation was acted on (its batch states are written): announce it and
+        remove it, unless someone changed its value since (then the next pass handles that)."""
+        request = plan.reset_request
+        if request is None:
+            return
+        name = cr.metadata.name
+        for compartment in plan.compartment_resets:
+            note = f"compartment {compartment} resumed by {RESET_COMPARTMENT_ANNOTATION}"
+            self.executor.event("NodeWright", name, "CompartmentReset", note, cr=cr)
+        for target, why in plan.reset_ignored.items():
+            note = f"{RESET_COMPARTMENT_ANNOTATION}: {target}: {why}; nothing reset"
+            self.executor.event(
+                "NodeWright", name, "CompartmentResetIgnored", note, warning=True, cr=cr
+            )
+        path = "/metadata/annotations/" + RESET_COMPARTMENT_ANNOTATION.replace("/", "~1")
+
+        def decide(obj: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+            if snapshot.annotations_of(obj).get(RESET_COMPARTMENT_ANNOTATION) != request:
+                return None
+            return [{"op": "remove", "path": path}]
+
+        self._writer.modify(resources.NODEWRIGHTS, name, decide)
 
     def _remember_status(self, name: str, answer: Mapping[str, Any]) -> None:
         rv = _rv_int(str(snapshot.meta_of(answer).get("resourceVersion", "")))

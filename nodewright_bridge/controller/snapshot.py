@@ -515,6 +515,8 @@ def snapshot_node(
         non_interrupt_pods=non_interrupt,
         foreign_package_pods=foreign,
         peers=peer_outlooks(cr, node, crs) if len(crs) > 1 else (),
+        blocking_pdbs=tuple(p.key for p in blocking),
+        unevictable_pods=len(plan.blockers),
     )
     return NodeSnapshot(
         name=name,
@@ -531,7 +533,7 @@ def snapshot_node(
         pods=tuple(sorted(ours, key=lambda p: p.name)),
         drain=plan,
         evictions=draining.evictions(plan.evict, relevant),
-        blocking_pdbs=tuple(p.key for p in blocking),
+        blocking_pdbs=facts.blocking_pdbs,
         package_pod_versions=pod_versions(package_pods),
     )
 

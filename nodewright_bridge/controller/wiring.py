@@ -1,17 +1,25 @@
 """The reconciler ``nwb controller`` runs: ``build_reconciler(context)`` wires the NodeWright
-reconciler to the runtime's informers, writer, Events, metrics and clock.
+reconciler to the runtime's informers, writer, Events, metrics and clock; ``reconciler_factory``
+does the same with the controller's settings (``--outside-retry``, ``--outside-retry-max``).
 """
 
 from __future__ import annotations
 
+import functools
+
+from lifecycle import recovery
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.controller.reconciler import NodeWrightReconciler
 from nodewright_bridge.controller.snapshot import Stores
 from nodewright_bridge.k8s import caches
-from nodewright_bridge.runtime.manager import ReconcilerContext
+from nodewright_bridge.runtime.manager import ReconcilerContext, ReconcilerFactory
 
 
-def build_reconciler(context: ReconcilerContext) -> NodeWrightReconciler:
+def build_reconciler(
+    context: ReconcilerContext,
+    *,
+    outside_retry: recovery.OutsideRetry = recovery.DEFAULT_OUTSIDE_RETRY,
+) -> NodeWrightReconciler:
     informers = context.informers
     stores = Stores(
         nodes=informers.store(caches.NODES),
@@ -31,4 +39,10 @@ def build_reconciler(context: ReconcilerContext) -> NodeWrightReconciler:
         metrics=ProductMetrics(context.metrics.registry),
         clock=context.clock,
         foreground=context.foreground,
+        outside_retry=outside_retry,
     )
+
+
+def reconciler_factory(outside_retry: recovery.OutsideRetry) -> ReconcilerFactory:
+    """``build_reconciler`` with the controller's back-off of re-attempts after an outside cause."""
+    return functools.partial(build_reconciler, outside_retry=outside_retry)

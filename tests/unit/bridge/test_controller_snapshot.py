@@ -144,3 +144,41 @@ def test_secret_data_digests_change_with_the_referenced_key_only() -> None:
     put("a", "changed")
     second = snapshot.secret_data(cr, secrets, ns)
     assert second["one"] == first["one"] and second["whole"] != first["whole"]
+
+
+def test_the_node_facts_name_the_pdbs_and_pods_that_block_a_drain() -> None:
+    cr = NodeWright.model_validate(
+        {
+            "metadata": {"name": "tune"},
+            "spec": {"packages": {"tune": {"version": "1.0.0", "image": "registry.local/tune"}}},
+        }
+    )
+
+    def pod(name: str, labels: dict[str, str], owned: bool) -> dict[str, object]:
+        refs = [{"kind": "ReplicaSet", "controller": True}] if owned else []
+        return {
+            "metadata": {
+                "namespace": "shop",
+                "name": name,
+                "labels": labels,
+                "ownerReferences": refs,
+            },
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": "Running"},
+        }
+
+    pdb = {
+        "metadata": {"namespace": "shop", "name": "web-pdb"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    node = {"metadata": {"name": "n1"}, "spec": {}, "status": {}}
+    stores = snapshot.stores_from(
+        nodes=[node],
+        pods=[pod("web-1", {"app": "web"}, owned=True), pod("lone", {}, owned=False)],
+        pdbs=[pdb],
+    )
+    snap = snapshot.snapshot_node(cr, node, stores, snapshot.PdbIndex.of([pdb]))
+    assert snap.facts.blocking_pdbs == ("shop/web-pdb",)
+    assert snap.facts.unevictable_pods == 1  # no controller, no drain.force
+    assert snap.blocking_pdbs == snap.facts.blocking_pdbs

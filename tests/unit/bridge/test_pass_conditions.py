@@ -88,6 +88,7 @@ def test_pdb_blocked_names_the_budget_after_the_drain_expires_and_clears_when_it
     assert blocked["message"] == "PodDisruptionBudget ml/train blocks eviction on node(s) n0"
 
     world.api.request("DELETE", resources.PDBS.path(namespace=NS, name="train"))
+    world.api.refuse_evictions.clear()  # no budget left to refuse them
     world.step("tune")
     assert condition(world, "PDBBlocked")["status"] == "False"
 

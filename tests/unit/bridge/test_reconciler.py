@@ -112,3 +112,44 @@ def test_an_invalid_cr_gets_invalid_spec_and_touches_no_node() -> None:
     invalid = next(c for c in status["conditions"] if c["type"] == "InvalidSpec")
     assert invalid["status"] == "True" and "packages.tune.version" in invalid["message"]
     assert not [r for r in world.api.requests if r[1].startswith("/api/v1/nodes/")]
+
+
+RESET = "bridge.nodewright.io/reset-compartment"
+STOPPED = {
+    "compartments": {
+        "__default__": {
+            "batchState": {
+                "currentBatch": 2,
+                "consecutiveFailures": 1,
+                "failedNodes": 1,
+                "shouldStop": True,
+                "lastBatchSize": 1,
+                "lastBatchFailed": True,
+            }
+        }
+    }
+}
+
+
+def cr_patches(world: ControllerWorld) -> int:
+    """PATCHes of the CR object itself (not of its status)."""
+    path = resources.NODEWRIGHTS.path(name="tune")
+    return sum(1 for r in world.api.requests if r == ("PATCH", path))
+
+
+def test_the_reset_annotation_resumes_a_stopped_compartment_once_and_is_removed() -> None:
+    world = world_with(nodes=1)
+    cr = world.obj(resources.NODEWRIGHTS, "tune")
+    cr["metadata"]["annotations"] = {RESET: "*"}
+    cr["metadata"]["finalizers"] = ["bridge.nodewright.io/cleanup"]
+    cr["status"] = STOPPED
+    world.add(resources.NODEWRIGHTS, cr)
+    world.step("tune")
+    after = world.obj(resources.NODEWRIGHTS, "tune")
+    assert RESET not in (after["metadata"].get("annotations") or {})
+    state = after["status"]["compartments"]["__default__"]["batchState"]
+    assert not state.get("shouldStop") and state["resetAt"]
+    assert world.pods("tune"), "the resumed compartment picks again"
+    assert cr_patches(world) == 1  # the removal
+    world.step("tune")
+    assert cr_patches(world) == 1

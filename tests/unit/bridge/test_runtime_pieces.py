@@ -6,11 +6,14 @@ from __future__ import annotations
 import io
 import json
 import logging
+from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
 
+from lifecycle.recovery import OutsideRetry
 from nodewright_bridge.commands import controller
+from nodewright_bridge.controller.wiring import build_reconciler
 from nodewright_bridge.k8s.client import classify_request
 from nodewright_bridge.k8s.slimming import slim_node, slim_pod
 from nodewright_bridge.k8s.store import Store, by_label, by_node_name, object_key
@@ -189,3 +192,25 @@ def test_the_controller_command_is_built_around_the_reconciler_factory_it_is_giv
     for option in ("--kubeconfig", "--context", "--namespace", "--workers", "--log-level"):
         assert option in help_text
     logging.getLogger().handlers.clear()
+
+
+def test_the_outside_retry_settings_are_checked_and_reach_the_reconciler_factory() -> None:
+    settings: list[object] = []
+
+    def configure(outside: object) -> object:
+        settings.append(outside)
+        raise SystemExit(0)  # stop before anything starts
+
+    command = controller.make_command(build_reconciler, configure=configure)  # type: ignore[arg-type]
+    bad = CliRunner().invoke(command, ["--outside-retry", "5x"])
+    assert bad.exit_code == 2 and "not a Go duration" in bad.output
+    inverted = CliRunner().invoke(command, ["--outside-retry", "2h", "--outside-retry-max", "1h"])
+    assert inverted.exit_code == 2 and "--outside-retry-max" in inverted.output
+    assert settings == []
+    CliRunner().invoke(command, ["--outside-retry", "30s", "--outside-retry-max", "10m"])
+    assert settings == [OutsideRetry(base=timedelta(seconds=30), cap=timedelta(minutes=10))]
+    assert "--outside-retry" in CliRunner().invoke(controller.command, ["--help"]).output
+    assert (
+        "--outside-retry"
+        not in CliRunner().invoke(controller.make_command(build_reconciler), ["--help"]).output
+    )

@@ -13,6 +13,7 @@ from typing import Any
 from lifecycle import actions as act
 from lifecycle import nodestate
 from lifecycle.nodestate import PackageState
+from lifecycle.recovery import DEFAULT_OUTSIDE_RETRY, OutsideRetry
 from lifecycle.results import AgentResult, Failure, StageResult, StageStatus
 from lifecycle.spec import Interrupt, NodeWright
 from lifecycle.stages import NodeFacts, NodeInput, NodePlan, PodObservation, PodPhase, plan_node
@@ -65,6 +66,9 @@ class World:
     declared: dict[str, Interrupt] = field(default_factory=dict)
     # Package name -> digest of its secretVars' data, as the controller reads it.
     secret_data: dict[str, str] = field(default_factory=dict)
+    # The rollout picked the node into a new batch (for the next plan only: see ``step``).
+    new_slot: bool = False
+    outside_retry: OutsideRetry = DEFAULT_OUTSIDE_RETRY
 
     def input(self) -> NodeInput:
         return NodeInput(
@@ -79,6 +83,8 @@ class World:
             disabled=self.disabled,
             declared=self.declared,
             secret_data=self.secret_data,
+            new_slot=self.new_slot,
+            outside_retry=self.outside_retry,
         )
 
     def plan(self) -> NodePlan:
@@ -87,6 +93,7 @@ class World:
     def step(self) -> NodePlan:
         plan = self.plan()
         self.apply(plan)
+        self.new_slot = False  # a pick gives one new slot, not one per plan
         return plan
 
     # ---- the executor --------------------------------------------------------------------
