@@ -10,18 +10,22 @@ finish, the Lease is released so a standby takes over at once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from types import FrameType
 from typing import Any
 
 import click
 
+from lifecycle import durations
 from nodewright_bridge.clock import SystemClock
 from nodewright_bridge.commands.common import kube_options
+from nodewright_bridge.controller.validating import ValidationSettings
 from nodewright_bridge.controller.wiring import build_reconciler
 from nodewright_bridge.errors import ConfigurationError
 from nodewright_bridge.k8s.client import ClientSettings, build_api_client
@@ -150,4 +154,28 @@ def run(
     sys.exit(manager.run())
 
 
-command = make_command(build_reconciler)
+def _pull_deadline(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
+    try:
+        deadline = durations.parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc} (a duration such as 90s or 2m)") from None
+    if deadline <= timedelta(0):
+        raise click.BadParameter("must be positive")
+    return deadline
+
+
+@click.command(name="controller")
+@click.option(
+    "--image-pull-deadline",
+    default="2m",
+    show_default=True,
+    callback=_pull_deadline,
+    help="How long a validation pod may fail to pull a package image before the spec is "
+    "reported ImageNotFound (at most the package's timeouts.stage).",
+)
+@_options
+def command(image_pull_deadline: timedelta, **options: Any) -> None:
+    """Run the controller (informers, work queue, leader election, /metrics, /healthz,
+    /readyz)."""
+    settings = ValidationSettings(pull_deadline=image_pull_deadline)
+    run(functools.partial(build_reconciler, validation=settings), **options)

@@ -1,5 +1,6 @@
 """The reconciler ``nwb controller`` runs: ``build_reconciler(context)`` wires the NodeWright
-reconciler to the runtime's informers, writer, Events, metrics and clock.
+reconciler to the runtime's informers, writer, Events, metrics and clock, with the controller's
+settings of the validation step (``ValidationSettings``).
 """
 
 from __future__ import annotations
@@ -7,11 +8,14 @@ from __future__ import annotations
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.controller.reconciler import NodeWrightReconciler
 from nodewright_bridge.controller.snapshot import Stores
+from nodewright_bridge.controller.validating import ValidationSettings
 from nodewright_bridge.k8s import caches
 from nodewright_bridge.runtime.manager import ReconcilerContext
 
 
-def build_reconciler(context: ReconcilerContext) -> NodeWrightReconciler:
+def build_reconciler(
+    context: ReconcilerContext, validation: ValidationSettings | None = None
+) -> NodeWrightReconciler:
     informers = context.informers
     stores = Stores(
         nodes=informers.store(caches.NODES),
@@ -31,4 +35,5 @@ def build_reconciler(context: ReconcilerContext) -> NodeWrightReconciler:
         metrics=ProductMetrics(context.metrics.registry),
         clock=context.clock,
         foreground=context.foreground,
+        validation=validation,
     )

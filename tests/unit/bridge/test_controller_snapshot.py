@@ -144,3 +144,38 @@ def test_secret_data_digests_change_with_the_referenced_key_only() -> None:
     put("a", "changed")
     second = snapshot.secret_data(cr, secrets, ns)
     assert second["one"] == first["one"] and second["whole"] != first["whole"]
+
+
+def validation_pod(cr: str, node: str, phase: str = "Running") -> dict[str, object]:
+    return {
+        "metadata": {
+            "name": f"nwv-{cr}",
+            "namespace": "nodewright-system",
+            "labels": {
+                "app.kubernetes.io/managed-by": "nodewright-bridge",
+                "bridge.nodewright.io/cr": cr,
+                "bridge.nodewright.io/validate": "pp",
+            },
+            "annotations": {"bridge.nodewright.io/validation-key": "k"},
+        },
+        "spec": {"nodeName": node},
+        "status": {"phase": phase},
+    }
+
+
+def test_validation_pods_are_neither_this_crs_package_pods_nor_another_crs() -> None:
+    cr = NodeWright.model_validate(
+        {
+            "metadata": {"name": "mine"},
+            "spec": {"packages": {"pp": {"version": "1.0.0", "image": "r/p"}}},
+        }
+    )
+    node = {"metadata": {"name": "n1"}, "status": {"nodeInfo": {"bootID": "b"}}}
+    stores = snapshot.stores_from(
+        nodes=[node], pods=[validation_pod("mine", "n1"), validation_pod("other", "n1")]
+    )
+    snap = snapshot.snapshot_node(cr, node, stores, snapshot.PdbIndex())
+    assert snap.pods == (), "the stage planner would delete a pod it does not know"
+    assert snap.facts.foreign_package_pods == 0, "a validation pod does not hold interrupts back"
+    assert snap.package_pod_versions == ()
+    assert snapshot.observe_pod(validation_pod("mine", "n1")) is None
