@@ -1,8 +1,10 @@
 """``nwb controller``: run the controller against a cluster.
 
 The runtime (informers, queue, leader election, metrics) is generic; the NodeWright reconciler
-is plugged in by ``controller.wiring.build_reconciler``. ``make_command(factory)`` builds the same
-command around another reconciler factory (the runtime's own tests run one that only logs).
+is plugged in by ``controller.wiring.build_reconciler``, with the one setting of its own,
+``--image-pull-deadline`` (how long a validation pod may fail to pull a package image).
+``make_command(factory)`` builds the same command around another reconciler factory (the
+runtime's own tests run one that only logs), without that option.
 
 SIGTERM and SIGINT stop gracefully: the queue stops handing out keys, the current reconciles
 finish, the Lease is released so a standby takes over at once.

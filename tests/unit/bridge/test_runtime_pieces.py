@@ -189,3 +189,10 @@ def test_the_controller_command_is_built_around_the_reconciler_factory_it_is_giv
     for option in ("--kubeconfig", "--context", "--namespace", "--workers", "--log-level"):
         assert option in help_text
     logging.getLogger().handlers.clear()
+
+
+@pytest.mark.parametrize("value", ["soon", "0s"])
+def test_a_bad_image_pull_deadline_is_refused_before_anything_starts(value: str) -> None:
+    result = CliRunner().invoke(controller.command, ["--image-pull-deadline", value])
+    assert result.exit_code == 2
+    assert "--image-pull-deadline" in result.output
