@@ -10,7 +10,7 @@ The result is bounded in fleet size: counters, at most ten names per list in a m
 CR status, first rule that applies wins (most actionable first; unlike NodeWright a mix is never
 degraded to ``unknown``):
 
-1. the spec is invalid -> ``blocked``
+1. the spec is invalid, or a package spec failed validation -> ``blocked``
 2. ``disable`` annotation -> ``disabled``; 3. ``pause`` annotation -> ``paused``
    (also when every node is complete: the user should see that future changes will not roll)
 4. the referenced DeploymentPolicy is missing -> ``blocked``
@@ -25,12 +25,15 @@ Conditions (docs/architecture.md, "Status and conditions"): ``Ready`` (NodeWrigh
 message format), ``Progressing``, ``Degraded`` (naming node, package, stage, task and message of
 the newest failure of an erroring node), ``Stalled`` (a compartment stopped on failureThreshold),
 ``PDBBlocked`` (naming the PodDisruptionBudgets, or why a drain cannot evict, while some node
-still needs its drain: ``drain_pending``), ``InvalidSpec``, ``PolicyNotFound``,
-``TaintNotTolerable``, ``NodesIgnored`` (every targeted node with the ignore label, whatever its
-status), ``NodeStateMalformed`` only while some node's state annotation cannot be parsed, and
-``DeletionBlocked`` only while the CR is being deleted with uninstall work pending (True while
-paused or disabled, naming the nodes, as NodeWright does) or while some node's state annotation
-of the CR does not parse (``MalformedNodeState``, ``deletion_blocked_by_malformed_state``).
+still needs its drain: ``drain_pending``), ``InvalidSpec`` (the CR's own problems, else the
+package specs that failed validation with the reason of the first, e.g.
+``ArgumentSpecViolation``, else ``Unknown`` while a validation runs; ``lifecycle.validating``),
+``PolicyNotFound``, ``TaintNotTolerable``, ``NodesIgnored`` (every targeted node with the ignore
+label, whatever its status), ``NodeStateMalformed`` only while some node's state annotation
+cannot be parsed, and ``DeletionBlocked`` only while the CR is being deleted with uninstall work
+pending (True while paused or disabled, naming the nodes, as NodeWright does) or while some
+node's state annotation of the CR does not parse (``MalformedNodeState``,
+``deletion_blocked_by_malformed_state``).
 
 Every condition is a function of what this pass saw of the nodes, the PDBs and the CR, never of
 the last transition: a node that stops being planned (it went erroring, it is complete and its
@@ -54,9 +57,11 @@ from lifecycle.status import (
     CompartmentStatus,
     Condition,
     NodeWrightStatus,
+    PackageValidation,
     RecentFailure,
     Status,
 )
+from lifecycle.validating import SpecFailure, ValidationPlan
 
 # NodeWright lists at most ten names per bucket in the Ready message, then refers to the logs.
 NAMES_MAX = 10
@@ -155,6 +160,11 @@ class AggregationInput:
     malformed: Mapping[str, str] = field(default_factory=dict)
     # being deleted: the nodes that still record a package to uninstall (DeletionBlocked)
     deletion_pending: Sequence[str] | None = None
+    # package specs that failed validation, and what validation still waits for (InvalidSpec)
+    spec_failures: Sequence[SpecFailure] = ()
+    validating: Sequence[str] = ()
+    # the validation records to keep in status; None keeps the previous ones
+    validations: Mapping[str, PackageValidation] | None = None
 
 
 def rollout_input(
@@ -172,6 +182,7 @@ def rollout_input(
     malformed: Mapping[str, str] | None = None,
     waiting_on: Sequence[str] = (),
     deletion_pending: Sequence[str] | None = None,
+    validation: ValidationPlan | None = None,
 ) -> AggregationInput:
     """The aggregation input for one reconcile: the rollout plan plus what the reconcile saw.
 
@@ -210,6 +221,9 @@ def rollout_input(
         stop_reasons=dict(plan.stopped),
         malformed=dict(malformed or {}),
         deletion_pending=deletion_pending,
+        spec_failures=validation.failures if validation is not None else (),
+        validating=validation.pending if validation is not None else (),
+        validations=validation.records if validation is not None else None,
     )
 
 
@@ -227,7 +241,7 @@ def cr_status(inp: AggregationInput) -> Status:
     """The aggregate status (rules in the module docstring)."""
     counts = _counts(inp.nodes)
     total = len(inp.nodes)
-    if inp.invalid_spec:
+    if inp.invalid_spec or inp.spec_failures:
         return Status.BLOCKED
     if inp.disabled:
         return Status.DISABLED
@@ -267,7 +281,7 @@ def aggregate(inp: AggregationInput) -> NodeWrightStatus:
         _degraded(inp, counts, failures),
         _stalled(compartments, inp.stop_reasons),
         _pdb_blocked(inp.pdb_blocks, inp.drain_blockers),
-        _invalid_spec(inp.invalid_spec),
+        _invalid_spec(inp.invalid_spec, inp.spec_failures, inp.validating),
         _policy_not_found(inp),
         _taint_not_tolerable(inp.untolerable_nodes),
         _nodes_ignored(inp.ignored_nodes),
@@ -289,6 +303,7 @@ def aggregate(inp: AggregationInput) -> NodeWrightStatus:
         recent_failures=failures,
         node_order_offset=inp.node_order_offset,
         policy=policy,
+        validations=dict(inp.validations if inp.validations is not None else previous.validations),
     )
 
 
@@ -417,7 +432,12 @@ def _settle_all(
 
 
 def _ready(inp: AggregationInput, status: Status, complete: int) -> Condition:
-    all_done = complete == len(inp.nodes) and not inp.invalid_spec and not inp.policy_missing
+    all_done = (
+        complete == len(inp.nodes)
+        and not inp.invalid_spec
+        and not inp.spec_failures
+        and not inp.policy_missing
+    )
     return _cond("Ready", all_done, READY_REASONS[status], ready_message(inp.nodes))
 
 
@@ -484,14 +504,32 @@ def _pdb_blocked(
     return _cond("PDBBlocked", True, reason, "; ".join(parts))
 
 
-def _invalid_spec(problems: Sequence[str]) -> Condition:
-    if not problems:
-        return _cond("InvalidSpec", False, "Valid", "spec is valid")
-    shown = "; ".join(problems[:PROBLEMS_MAX])
-    more = len(problems) - PROBLEMS_MAX
-    return _cond(
-        "InvalidSpec", True, "ValidationFailed", shown + (f" and {more} more" if more > 0 else "")
-    )
+def _invalid_spec(
+    problems: Sequence[str],
+    failures: Sequence[SpecFailure] = (),
+    validating: Sequence[str] = (),
+) -> Condition:
+    """The CR's own problems first; else the package specs that failed validation (the first
+    one's reason, e.g. ``ArgumentSpecViolation``); ``Unknown`` while a validation still runs."""
+    if problems:
+        shown = "; ".join(problems[:PROBLEMS_MAX])
+        more = len(problems) - PROBLEMS_MAX
+        tail = f" and {more} more" if more > 0 else ""
+        return _cond("InvalidSpec", True, "ValidationFailed", shown + tail)
+    if failures:
+        parts = [
+            f.message + (f" (validated again at {f.retry_at})" if f.retry_at else "")
+            for f in failures[:PROBLEMS_MAX]
+        ]
+        more = len(failures) - PROBLEMS_MAX
+        message = "; ".join(parts) + (f" and {more} more package(s)" if more > 0 else "")
+        message += "; no node is touched until the spec is fixed"
+        return _cond("InvalidSpec", True, failures[0].reason, message)
+    if validating:
+        message = "validating before any node is touched: " + "; ".join(validating[:NAMES_MAX])
+        condition = _cond("InvalidSpec", False, "Validating", message)
+        return condition.model_copy(update={"status": "Unknown"})
+    return _cond("InvalidSpec", False, "Valid", "spec is valid")
 
 
 def _policy_not_found(inp: AggregationInput) -> Condition:

@@ -1,8 +1,9 @@
 """Wire models for ``NodeWright.status``.
 
 Bounded in fleet size (docs/architecture.md, "Status and conditions"): aggregates,
-per-compartment counters and the last 20 failures only. Per-node truth lives on the Nodes (see
-``lifecycle.nodestate``), so a 10,000-node CR stays far below etcd's object size limit.
+per-compartment counters, one validation record per package and the last 20 failures only.
+Per-node truth lives on the Nodes (see ``lifecycle.nodestate``), so a 10,000-node CR stays far
+below etcd's object size limit.
 """
 
 from __future__ import annotations
@@ -79,6 +80,30 @@ class RecentFailure(WireModel):
     time: str = Field(description="RFC 3339.")
 
 
+class ValidationState(StrEnum):
+    """Outcome of a package spec's validation (``lifecycle.validating``)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+
+
+class PackageValidation(WireModel):
+    """The last validation of one package's spec: one small record per package, so a restarted
+    controller does not validate again and the gate stays closed on a spec that failed."""
+
+    key: str = Field(description="Identity of the spec validated (version, image, vars, ...).")
+    version: str = Field(default="", description="Package version validated.")
+    image: str = Field(default="", description="Image reference validated.")
+    state: ValidationState = Field(description="passed or failed.")
+    reason: str = Field(default="", description="Why it failed: ArgumentSpecViolation, ...")
+    message: str = Field(default="", description="The problems, with their field paths.")
+    time: str = Field(default="", description="When it was decided (RFC 3339).")
+    attempts: int = Field(default=0, ge=0, description="Validation pods run for this spec.")
+    retry_at: str = Field(
+        default="", description="A failure with an outside cause is tried again then (RFC 3339)."
+    )
+
+
 class NodeWrightStatus(WireModel):
     observed_generation: int | None = Field(default=None, description="Last generation acted on.")
     status: Status = Field(default=Status.UNKNOWN, description="Aggregate status.")
@@ -94,3 +119,7 @@ class NodeWrightStatus(WireModel):
     )
     node_order_offset: int = Field(default=0, description="Nodes that left the batch order.")
     policy: str = Field(default="", description="Deployment policy in use (printer column).")
+    validations: dict[str, PackageValidation] = Field(
+        default_factory=dict,
+        description="Per package: the last validation of its spec (checked before any node).",
+    )

@@ -5,7 +5,8 @@ is plugged in by ``controller.wiring.build_reconciler``. ``make_command(factory)
 command around another reconciler factory (the runtime's own tests run one that only logs);
 ``configure`` adds the NodeWright reconciler's settings (``--outside-retry``,
 ``--outside-retry-max``: the back-off of re-attempts after a failure outside the package, see
-``lifecycle.recovery``) and builds the factory from them.
+``lifecycle.recovery``; ``--image-pull-deadline``: how long a validation pod may fail to
+pull a package image) and builds the factory from them.
 
 SIGTERM and SIGINT stop gracefully: the queue stops handing out keys, the current reconciles
 finish, the Lease is released so a standby takes over at once.
@@ -27,7 +28,12 @@ import click
 from lifecycle import durations, recovery
 from nodewright_bridge.clock import SystemClock
 from nodewright_bridge.commands.common import kube_options
-from nodewright_bridge.controller.wiring import build_reconciler, reconciler_factory
+from nodewright_bridge.controller.validating import ValidationSettings
+from nodewright_bridge.controller.wiring import (
+    ReconcilerSettings,
+    build_reconciler,
+    reconciler_factory,
+)
 from nodewright_bridge.errors import ConfigurationError
 from nodewright_bridge.k8s.client import ClientSettings, build_api_client
 from nodewright_bridge.k8s.rest import Rest
@@ -123,6 +129,14 @@ def _recovery_options(command: Callable[..., None]) -> Callable[..., None]:
             show_default=True,
             help="Longest back-off between such re-attempts.",
         ),
+        click.option(
+            "--image-pull-deadline",
+            callback=_duration,
+            default="2m",
+            show_default=True,
+            help="How long a validation pod may fail to pull a package image before the spec is "
+            "reported ImageNotFound (at most the package's timeouts.stage).",
+        ),
     ):
         command = option(command)
     return command
@@ -131,7 +145,7 @@ def _recovery_options(command: Callable[..., None]) -> Callable[..., None]:
 def make_command(
     factory: ReconcilerFactory,
     *,
-    configure: Callable[[recovery.OutsideRetry], ReconcilerFactory] | None = None,
+    configure: Callable[[ReconcilerSettings], ReconcilerFactory] | None = None,
 ) -> click.Command:
     """``nwb controller`` around ``factory`` (``build_reconciler(context) -> Reconciler``); with
     ``configure``, the recovery options too, and the factory ``configure(settings)`` returns."""
@@ -145,7 +159,13 @@ def make_command(
                 raise click.BadParameter(
                     "must be at least --outside-retry", param_hint="--outside-retry-max"
                 )
-            chosen = configure(recovery.OutsideRetry(base=base, cap=cap))
+            pull = options.pop("image_pull_deadline")
+            chosen = configure(
+                ReconcilerSettings(
+                    outside_retry=recovery.OutsideRetry(base=base, cap=cap),
+                    validation=ValidationSettings(pull_deadline=pull),
+                )
+            )
         run(chosen, **options)
 
     start.__doc__ = """Run the controller (informers, work queue, leader election, /metrics,

@@ -135,6 +135,14 @@ class Executor:
     def ensure_config_map_soon(self, cr: NodeWright, package: str) -> Future[None]:
         return self._starts.config_map_soon(cr, package)
 
+    def start_validation_pod(self, cr: NodeWright, package: str, pod: dict[str, Any]) -> bool:
+        """Create a validation pod (and its package's vars ConfigMap); False if it existed."""
+        return self._starts.validation_pod(cr, package, pod)
+
+    def delete_pod_soon(self, name: str) -> None:
+        """Delete a pod of the controller namespace in the background (sent once)."""
+        self._deletes.soon(name)
+
     def write_annotations(self, node: str, annotations: Mapping[str, str | None]) -> None:
         """An unconditional annotation write (a batch record that must land on its own)."""
         body = {"metadata": {"annotations": dict(annotations)}}

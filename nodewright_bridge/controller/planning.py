@@ -6,12 +6,17 @@ them and collects their answers:
 1. every plannable node is *probed* with the stage planner without permission to start new work,
    which says its status and whether it has work left; with the nodes not planned this pass
    (stale, departed) that gives the ``NodeView`` s of ``lifecycle.rollout.plan_rollout``;
-2. the rollout plan picks the batches (``plan_rollout``), after the batch-reset rule;
-3. each node is planned again with the rollout's answer (permission, order, why it cannot be
+2. the package specs are checked before any node works (``lifecycle.validating``): which need
+   a validation pod, what the pods found, and whether new work may start; while it may not,
+   the rollout's views show no node ready (no batch is picked, no member allowed);
+3. the rollout plan picks the batches (``plan_rollout``), after the batch-reset rule;
+4. each node is planned again with the rollout's answer (permission, order, why it cannot be
    picked), the probe reused when the input is identical; its actions, batch record and Events
-   become one ``NodeWork``. This runs as a generator, so the apply step writes the nodes that
-   start pods while the remaining ones are still planned;
-4. nodes no longer targeted are let go and brand-new nodes tainted (``lifecycle.releasing``).
+   become one ``NodeWork``. A node in progress whose plan would start work of a package whose
+   spec is not validated yet is planned as paused instead (``validating.holds``). This runs as a
+   generator, so the apply step writes the nodes that start pods while the remaining ones are
+   still planned;
+5. nodes no longer targeted are let go and brand-new nodes tainted (``lifecycle.releasing``).
 
 For the report it also collects, from every targeted node whether planned this pass or not
 (stale, malformed, its plan kept), what the conditions are recomputed from: each node's drain
@@ -28,7 +33,16 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lifecycle import actions, aggregation, draining, recovery, releasing, rollout, stages
+from lifecycle import (
+    actions,
+    aggregation,
+    draining,
+    recovery,
+    releasing,
+    rollout,
+    stages,
+    validating,
+)
 from lifecycle.nodestate import PackageState, batch_annotation
 from lifecycle.spec import Interrupt, NodeWright
 from lifecycle.status import BatchState, Status
@@ -36,6 +50,7 @@ from nodewright_bridge.controller import snapshot
 from nodewright_bridge.controller.node_writes import EventNote, NodeWork
 from nodewright_bridge.controller.observing import Observation
 from nodewright_bridge.controller.settled import PlanKey, SettledNodes
+from nodewright_bridge.controller.validating import ValidationSettings
 from nodewright_bridge.k8s import caches
 
 
@@ -53,6 +68,9 @@ class NodePlanner:
         self._outside_retry = outside_retry
         self._declared: dict[str, dict[str, Interrupt]] = {}
         self._secret_data: dict[str, dict[str, str]] = {}
+
+    def secret_data(self, cr: str) -> dict[str, str]:
+        return self._secret_data.get(cr, {})
 
     def use_secret_data(self, cr: str, data: dict[str, str]) -> None:
         """The CR's secretVars digests for this pass; a change drops its kept plans."""
@@ -136,6 +154,16 @@ class PassPlan:
     outside: list[actions.Action]  # releases of nodes no longer targeted
     tainting: dict[str, tuple[actions.Action, ...]]  # brand-new nodes: not planned this pass
     waiting_release: bool  # our pods on a released node must end first
+    validation: validating.ValidationPlan  # check before cordon: pods, records, the gate
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationInputs:
+    """What the validation step reads besides the observation (None: the CR is being deleted)."""
+
+    pods: list[validating.ValidationPod]
+    missing_secrets: dict[str, list[str]]
+    settings: ValidationSettings = field(default_factory=ValidationSettings)
 
 
 @dataclass(slots=True)
@@ -208,12 +236,51 @@ def probe_views(
     return probes, views
 
 
+def plan_validation(
+    seen: Observation,
+    planner: NodePlanner,
+    views: list[rollout.NodeView],
+    inputs: ValidationInputs | None,
+) -> validating.ValidationPlan:
+    """Step 2: the validation plan of this pass (the gate is open while the CR is deleted)."""
+    if inputs is None:
+        return validating.open_plan(seen.old.validations)
+    targeted = set(seen.snaps) | set(seen.stale)
+    return validating.plan_validation(
+        validating.ValidationInput(
+            cr=seen.cr,
+            now=seen.now,
+            records=seen.old.validations,
+            pods=inputs.pods,
+            nodes=validation_candidates([*seen.snaps.values(), *seen.stale.values()]),
+            secret_data=planner.secret_data(seen.cr.metadata.name),
+            missing_secrets=inputs.missing_secrets,
+            pull_deadline=inputs.settings.pull_deadline,
+            work_pending=any(v.has_pending_work for v in views if v.name in targeted),
+            may_start=not seen.disabled,
+        )
+    )
+
+
+def validation_candidates(
+    snaps: list[snapshot.NodeSnapshot],
+) -> list[validating.CandidateNode]:
+    return [
+        validating.CandidateNode(
+            name=snap.name, ready=snap.facts.ready, labels=snap.labels, taints=snap.taints
+        )
+        for snap in snaps
+    ]
+
+
 def plan_pass(
     seen: Observation,
     planner: NodePlanner,
     written: Mapping[str, Status | None],
+    validation: ValidationInputs | None = None,
 ) -> PassPlan:
-    """Steps 1, 2 and 4 of the module docstring (``written``: our last status of stale nodes)."""
+    """Steps 1, 2, 3 and 5 of the module docstring (``written``: our last status of stale
+    nodes; ``validation``: None while the CR is being deleted, which validates nothing)."""
     cr, now = seen.cr, seen.now
     tainting = {
         node.name: planned
@@ -221,6 +288,9 @@ def plan_pass(
         if (planned := releasing.plan_auto_taint(cr, node))
     }
     probes, views = probe_views(seen, planner, written, skip=frozenset(tainting))
+    checked = plan_validation(seen, planner, views, validation)
+    if not checked.open:
+        views = validating.hold_views(views)
     states: dict[str, BatchState] = {}
     if not releasing.reset_batches(seen.old, cr, seen.policy):
         states = {
@@ -245,7 +315,27 @@ def plan_pass(
         release = releasing.plan_release(cr, held, seen.crs, now)
         outside.extend(release.actions)
         waiting = waiting or release.waiting
-    return PassPlan(plan, probes, records, unpickable, outside, tainting, waiting)
+    return PassPlan(plan, probes, records, unpickable, outside, tainting, waiting, checked)
+
+
+def _hold_if_gated(
+    seen: Observation,
+    planner: NodePlanner,
+    snap: snapshot.NodeSnapshot,
+    key: PlanKey,
+    node_plan: stages.NodePlan,
+    *,
+    gated: frozenset[str],
+) -> stages.NodePlan:
+    """A node in progress waits, as if paused, instead of starting work of a gated package."""
+    allowed, _, order, unpickable = key
+    paused_key: PlanKey = (allowed, True, order, unpickable)
+    paused = planner.plan(
+        seen.cr, snap, paused_key, seen.now, paused=seen.paused, disabled=seen.disabled
+    )
+    if not validating.holds(seen.cr, gated, node_plan, paused):
+        return node_plan
+    return validating.held_plan(node_plan, paused, gated)
 
 
 def node_works(
@@ -255,6 +345,7 @@ def node_works(
     cr, plan = seen.cr, passed.rollout
     name = cr.metadata.name
     allowed = set(plan.allowed)
+    gated = passed.validation.gated
     for node, snap in seen.snaps.items():
         if node in passed.tainting:  # planned once the cache shows the taint
             results.status[node] = snap.status or Status.UNKNOWN
@@ -282,6 +373,8 @@ def node_works(
                 new_slot=new_slot,
             )
         )
+        if gated and validating.may_hold(node_plan):
+            node_plan = _hold_if_gated(seen, planner, snap, key, node_plan, gated=gated)
         extra = releasing.plan_runtime_taint(
             cr, node, taints=snap.taints, labels=snap.labels, status=node_plan.status, crs=seen.crs
         )

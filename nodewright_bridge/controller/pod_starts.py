@@ -1,4 +1,5 @@
-"""Creating node pods and their vars ConfigMaps, and remembering pods the cache has not shown.
+"""Creating node pods, validation pods and their vars ConfigMaps, and remembering node pods the
+cache has not shown.
 
 Why deterministic names: a restarted controller finds the pod it created before instead of
 creating a second one, so a create is create-if-absent (409 AlreadyExists is success). A pod this
@@ -119,6 +120,16 @@ class PodStarts:
         if self._start(request, "interrupt", config_map) is not None:
             members = ", ".join(action.members)
             announce(f"{action.interrupt_type.value} interrupt for {members} ({cr.metadata.name})")
+
+    def validation_pod(self, cr: NodeWright, package: str, pod: JsonObject) -> bool:
+        """Create a validation pod once its package's vars ConfigMap exists; False when it
+        existed. Not remembered as unseen: no node plan waits for it."""
+        self.config_map(cr, package)
+        pod["metadata"]["namespace"] = self._namespace
+        if not self._create(resources.PODS, pod):
+            return False
+        self._metrics.pods_created.labels(cr.metadata.name, "validation").inc()
+        return True
 
     def awaiting(self, node: str, seen: Callable[[str], bool]) -> bool:
         """True while a pod this process created on ``node`` is not in the cache yet (``seen``

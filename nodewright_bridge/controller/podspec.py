@@ -1,9 +1,12 @@
-"""Build the node pods and their ConfigMaps (docs/node-pod-contract.md, "The pod").
+"""Build the node pods, the validation pods and their ConfigMaps (docs/node-pod-contract.md).
 
 A node pod is bound to its node with ``spec.nodeName`` (the scheduler never sees it), runs once
 (``restartPolicy: Never``; the controller owns retries and their back-off), is privileged with the
 host's ``/`` at ``/host``, and gets its inputs as files: vars as a ConfigMap (never on the command
 line or in env, where they would show in ``ps`` and pod specs), secrets as Secret volumes.
+
+A validation pod (``lifecycle.validating``) gets the same vars and secret mounts but nothing of
+the host: not privileged, no host mount, no host PID; it only reads the package in its image.
 
 Names are deterministic so that a restarted controller finds the pod it created before instead of
 creating a second one; the hash suffix keeps them unique after truncation to 63 characters.
@@ -18,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lifecycle import durations, stages
+from lifecycle import durations, stages, validating
 from lifecycle.nodestate import RUNTIME_REQUIRED_TAINT_KEY
 from lifecycle.spec import NodeWright, Package, Toleration
 
@@ -32,6 +35,9 @@ LABEL_NODE = "bridge.nodewright.io/node"
 ANNOTATION_RESOURCE_ID = "bridge.nodewright.io/resource-id"
 ANNOTATION_STAGES = "bridge.nodewright.io/stages"
 ANNOTATION_ATTEMPT = "bridge.nodewright.io/attempt"
+LABEL_VALIDATE = validating.VALIDATION_LABEL
+ANNOTATION_VALIDATION_KEY = "bridge.nodewright.io/validation-key"
+ANNOTATION_STARTED = "bridge.nodewright.io/started"
 VARS_MOUNT = "/etc/nodewright/vars"
 CONFIG_MOUNT = "/etc/nodewright/config"
 SECRETS_MOUNT = "/etc/nodewright/secrets"
@@ -51,9 +57,7 @@ def safe_name(*parts: str, limit: int = MAX_NAME) -> str:
 
 def image_reference(package: Package) -> str:
     """``image@digest`` when pinned, else ``image:version``."""
-    if package.digest:
-        return f"{package.image}@{package.digest}"
-    return f"{package.image}:{package.version}"
+    return validating.image_reference(package)
 
 
 def vars_configmap_name(cr: str, package: str, version: str, vars_hash: str) -> str:
@@ -181,6 +185,75 @@ def build_pod(req: PodRequest) -> dict[str, Any]:
     }
 
 
+def validation_pod_name(cr: NodeWright, start: validating.PodToStart) -> str:
+    version = cr.spec.packages[start.package].version
+    return safe_name(
+        "nwv", cr.metadata.name, start.package, version, start.key[:10], f"a{start.attempt}"
+    )
+
+
+def build_validation_pod(cr: NodeWright, start: validating.PodToStart) -> dict[str, Any]:
+    """The validation pod of one package spec: ``nwb-agent validate`` in the package image on
+    ``start.node`` (so the image is pulled there), with the vars and secrets of a node pod and
+    nothing of the host."""
+    package = cr.spec.packages[start.package]
+    volumes, mounts = _input_volumes(cr.metadata.name, start.package, package)
+    env = [
+        {"name": "NW_CR", "value": cr.metadata.name},
+        {"name": "NW_PACKAGE", "value": start.package},
+        {"name": "NW_VERSION", "value": package.version},
+        {"name": "NW_NODE", "value": start.node},
+    ]
+    container: dict[str, Any] = {
+        "name": "agent",
+        "image": image_reference(package),
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["nwb-agent"],
+        "args": ["validate"],
+        "env": env,
+        "volumeMounts": mounts,
+        "securityContext": {
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+    }
+    deadline = max(int((start.deadline - start.started).total_seconds()), 1)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": validation_pod_name(cr, start),
+            "namespace": NAMESPACE,
+            "labels": {
+                **MANAGED_BY,
+                LABEL_CR: cr.metadata.name,
+                LABEL_VALIDATE: start.package,
+                LABEL_NODE: safe_name(start.node),
+            },
+            "annotations": {
+                ANNOTATION_VALIDATION_KEY: start.key,
+                ANNOTATION_ATTEMPT: str(start.attempt),
+                ANNOTATION_STARTED: stages.rfc3339(start.started),
+            },
+            "ownerReferences": [_owner(cr)],
+        },
+        "spec": {
+            "nodeName": start.node,
+            "restartPolicy": "Never",
+            "containers": [container],
+            "volumes": volumes,
+            "tolerations": _tolerations(cr.spec.additional_tolerations),
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "activeDeadlineSeconds": deadline,
+        },
+    }
+
+
 def _env(req: PodRequest, package: Package) -> list[dict[str, Any]]:
     """The node pod contract's env (docs/node-pod-contract.md), then the package's own."""
     cr = req.cr
@@ -211,11 +284,18 @@ def _volumes(
     req: PodRequest, package: Package
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The host root, the vars (and configMap files) and each secretVars Secret, mounted."""
-    config_map = vars_configmap_name(
-        req.cr.metadata.name, req.package_name, package.version, vars_hash(package)
-    )
+    volumes, mounts = _input_volumes(req.cr.metadata.name, req.package_name, package)
+    host = {"name": "host", "hostPath": {"path": "/", "type": "Directory"}}
+    host_mount = {"name": "host", "mountPath": HOST_MOUNT, "mountPropagation": "HostToContainer"}
+    return [host, *volumes], [host_mount, *mounts]
+
+
+def _input_volumes(
+    cr_name: str, package_name: str, package: Package
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The vars (and configMap files) and each secretVars Secret: a package's inputs."""
+    config_map = vars_configmap_name(cr_name, package_name, package.version, vars_hash(package))
     volumes: list[dict[str, Any]] = [
-        {"name": "host", "hostPath": {"path": "/", "type": "Directory"}},
         {
             "name": "vars",
             "configMap": {
@@ -225,7 +305,6 @@ def _volumes(
         },
     ]
     mounts: list[dict[str, Any]] = [
-        {"name": "host", "mountPath": HOST_MOUNT, "mountPropagation": "HostToContainer"},
         {"name": "vars", "mountPath": VARS_MOUNT, "readOnly": True},
     ]
     if package.config_map:

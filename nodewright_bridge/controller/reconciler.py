@@ -8,18 +8,20 @@ One reconcile of CR ``name`` (it never learns which event caused it):
 
   1. **observe** (``observing.observe``): snapshots of the targeted nodes from the caches, nodes
      to let go, nodes set apart (malformed state, a cache that lags our own write);
-  2. **plan** (``planning``): every decision is ``lifecycle``'s - the rollout's batches, each
+  2. **plan** (``planning``): every decision is ``lifecycle``'s - the validation of the package
+     specs (check before cordon: no new work until they pass), the rollout's batches, each
      node's stage plan, the release of nodes no longer targeted;
-  3. **apply** (:meth:`NodeWrightReconciler._apply`): in the restart-safe order the rollout
-     planner's docstring gives - (a) batch states and the node-order counter into ``status``,
-     then the handled ``bridge.nodewright.io/reset-compartment`` annotation removed (only if its
-     value is still the one handled; handling it again resets nothing), (b)+(c) each node's
-     batch record riding on its first write (one atomic patch, so work never starts without it)
-     and its actions, written by the executor in parallel, the nodes that start pods while the
-     rest are still planned; then the releases;
-  4. **report** (:meth:`NodeWrightReconciler._report`): the aggregated status (written when it
-     changed), Events, metrics, and the requeue at the earliest deadline the planners reported
-     (bounded by ``POLL_SECONDS`` while work is open).
+  3. **apply** (:meth:`NodeWrightReconciler._apply`): the validation pods to create, then in
+     the restart-safe order the rollout planner's docstring gives - (a) batch states and the
+     node-order counter into ``status``, then the handled ``bridge.nodewright.io/reset-compartment``
+     annotation removed (only if its value is still the one handled; handling it again resets
+     nothing), (b)+(c) each node's batch record riding on its first write (one atomic patch, so
+     work never starts without it) and its actions, written by the executor in parallel, the
+     nodes that start pods while the rest are still planned; then the releases;
+  4. **report** (:meth:`NodeWrightReconciler._report`): the aggregated status with the
+     validation records (written when it changed), then the finished validation pods deleted,
+     Events, metrics, and the requeue at the earliest deadline the planners reported (bounded
+     by ``POLL_SECONDS`` while work is open).
 
 Restart safety comes from the planners' ordering (the node state is written before any pod acts
 on it), the executor's conditional Node writes, and the stale-node guard of the observe step.
@@ -36,12 +38,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from lifecycle import aggregation, recovery, releasing, rollout
+from lifecycle import actions, aggregation, recovery, releasing, rollout
 from lifecycle.nodestate import RESET_COMPARTMENT_ANNOTATION, status_key
 from lifecycle.spec import DeploymentPolicy, NodeWright
 from lifecycle.status import NodeWrightStatus, Status
 from nodewright_bridge.clock import Clock
-from nodewright_bridge.controller import deleting, event_mapping, observing, planning, snapshot
+from nodewright_bridge.controller import (
+    deleting,
+    event_mapping,
+    observing,
+    planning,
+    snapshot,
+    validating,
+)
 from nodewright_bridge.controller.executor import Executor
 from nodewright_bridge.controller.node_writes import NodeWork, Outcome
 from nodewright_bridge.controller.productmetrics import ProductMetrics
@@ -96,8 +105,10 @@ class NodeWrightReconciler:
         clock: Clock,
         foreground: Foreground | None = None,
         outside_retry: recovery.OutsideRetry = recovery.DEFAULT_OUTSIDE_RETRY,
+        validation: validating.ValidationSettings | None = None,
     ) -> None:
         self._rest = rest
+        self._validation = validation or validating.ValidationSettings()
         self._writer = writer
         self._stores = stores
         self._namespace = namespace
@@ -222,9 +233,20 @@ class NodeWrightReconciler:
         cached = observing.Caches(self._stores, self._planner.settled, self._stale)
         seen = observing.observe(cr, old, now, crs=crs, policy=self._policy(cr), cached=cached)
         written = {n: self.executor.written_status(name, n) for n in seen.stale}
-        passed = planning.plan_pass(seen, self._planner, written)
+        checking = None
+        if not deleting:
+            checking = planning.ValidationInputs(
+                pods=validating.observe_pods(self._stores, name),
+                missing_secrets=validating.missing_secrets(
+                    cr, self._stores.secrets, self._namespace
+                ),
+                settings=self._validation,
+            )
+        passed = planning.plan_pass(seen, self._planner, written, checking)
         outcome, results, planned = self._apply(seen, passed)
         results.status.update(observing.node_statuses(seen, written.get))
+        if passed.validation.requeue_at is not None:
+            results.wakeups.append(passed.validation.requeue_at)
         status = self._report(seen, passed, outcome, results, uninstall_pending)
         logger.debug(
             "reconciled",
@@ -250,6 +272,7 @@ class NodeWrightReconciler:
             outcome.soon(RELEASE_RETRY_SECONDS)  # our pods there must end first
         if seen.stale or passed.tainting:
             outcome.soon(STALE_RETRY_SECONDS)
+        validating.start_pods(self.executor, cr, passed.validation)
         self._write_batch_states(cr.metadata.name, seen.old, passed.rollout)
         self._handled_reset(cr, passed.rollout)
         # Once the rollout is done, every node's record lands before the status says so.
@@ -290,6 +313,7 @@ class NodeWrightReconciler:
                 malformed={n: s.state_error or "" for n, s in seen.malformed.items()},
                 waiting_on=seen.waiting_on,
                 deletion_pending=uninstall_pending,
+                validation=passed.validation,
             )
         )
         self._announce_deletion_blocked(name, cr, old, status)
@@ -302,6 +326,13 @@ class NodeWrightReconciler:
                     "NodeWright", name, "Stalled", cplan.stop_reason, warning=True, cr=cr
                 )
         self._write_status(name, old, status)
+        # The outcome is in the status now: its pods may go, its Events be told.
+        validating.delete_pods(self.executor, passed.validation.delete)
+        for told in passed.validation.events:
+            warning = told.type is actions.EventType.WARNING
+            self.executor.event(
+                told.kind, told.name, told.reason, told.message, warning=warning, cr=cr
+            )
         self._set_metrics(name, plan, results.status)
         return status
 
@@ -361,11 +392,15 @@ class NodeWrightReconciler:
         if old_wire == new_wire:
             return
         body: dict[str, Any] = dict(new_wire)
-        gone = {c: None for c in old.compartments if c not in new.compartments}
-        if gone:
-            compartments = dict(body.get("compartments") or {})
-            compartments.update(gone)
-            body["compartments"] = compartments
+        for field_name, before, after in (
+            ("compartments", old.compartments, new.compartments),
+            ("validations", old.validations, new.validations),
+        ):
+            gone = {c: None for c in before if c not in after}
+            if gone:  # a merge patch removes a map key only when told so
+                kept = dict(body.get(field_name) or {})
+                kept.update(gone)
+                body[field_name] = kept
         try:
             answer = self._writer.patch_status(resources.NODEWRIGHTS, name, body)
         except NotFoundError:

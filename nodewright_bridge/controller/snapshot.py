@@ -9,7 +9,10 @@ where malformed input shows up, and it must never crash a reconcile or leak into
 - a node whose ``state-<cr>`` annotation does not parse gets ``state_error`` and is left untouched
   (no pod, no patch) until someone fixes or removes the annotation (``NodeStateMalformed``);
 - a termination message that is not an agent result becomes an ``unparseable`` result (the pod
-  counts as failed with the raw text in the message), via ``lifecycle.results``.
+  counts as failed with the raw text in the message), via ``lifecycle.results``;
+- validation pods (label ``bridge.nodewright.io/validate``) are not package pods: they are read
+  by ``controller.validating`` only, never shown to the stage planner (which would delete a pod
+  it does not know), never counted as another CR's package pod on the node.
 
 Cost: one pass over the cached Nodes per reconcile, pods looked up by node index, PDBs grouped by
 namespace once. Nothing is copied out of the stores beyond the small views.
@@ -28,7 +31,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lifecycle import draining, peering, releasing, results, selectors, sequencing, stages
+from lifecycle import (
+    draining,
+    peering,
+    releasing,
+    results,
+    selectors,
+    sequencing,
+    stages,
+    validating,
+)
 from lifecycle.errors import SpecError
 from lifecycle.nodestate import (
     CORDON_ANNOTATION,
@@ -241,14 +253,19 @@ def _container_state(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return statuses[0].get("state") or {} if statuses else {}
 
 
+def is_validation_pod(pod: Mapping[str, Any]) -> bool:
+    return validating.VALIDATION_LABEL in labels_of(pod)
+
+
 def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
-    """One of our package pods as the stage planner sees it (None if it lacks our labels)."""
+    """One of our package pods as the stage planner sees it (None if it lacks our labels, or is
+    a validation pod)."""
     meta = meta_of(pod)
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     package = labels.get(LABEL_PACKAGE)
     version = labels.get(LABEL_VERSION)
-    if not package or not version:
+    if not package or not version or validating.VALIDATION_LABEL in labels:
         return None
     stages = tuple(s for s in str(annotations.get(STAGES_ANNOTATION, "")).split(",") if s)
     if not stages and labels.get(LABEL_STAGE):
@@ -496,7 +513,9 @@ def snapshot_node(
         )
     ours: list[PodObservation] = []
     foreign = 0
-    package_pods = stores.package_pods.by_index(node_index, name)
+    package_pods = [
+        p for p in stores.package_pods.by_index(node_index, name) if not is_validation_pod(p)
+    ]
     for raw in package_pods:
         pod_labels = labels_of(raw)
         if pod_labels.get(LABEL_CR) == cr_name:
@@ -609,8 +628,9 @@ def complete_on(cr_name: str, nodes: Iterable[Mapping[str, Any]]) -> frozenset[s
 
 
 def pod_versions(pods: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
-    """(name, resourceVersion) of ``pods``, sorted: what a kept snapshot read of them."""
+    """(name, resourceVersion) of ``pods`` (validation pods left out: no node plan reads them),
+    sorted: what a kept snapshot read of them."""
     if not pods:
         return ()
-    metas = [meta_of(p) for p in pods]
+    metas = [meta_of(p) for p in pods if not is_validation_pod(p)]
     return tuple(sorted((str(m.get("name", "")), str(m.get("resourceVersion", ""))) for m in metas))

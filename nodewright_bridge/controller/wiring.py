@@ -1,25 +1,38 @@
 """The reconciler ``nwb controller`` runs: ``build_reconciler(context)`` wires the NodeWright
 reconciler to the runtime's informers, writer, Events, metrics and clock; ``reconciler_factory``
-does the same with the controller's settings (``--outside-retry``, ``--outside-retry-max``).
+does the same with the controller's settings (``ReconcilerSettings``: the back-off of
+re-attempts after an outside cause, ``--outside-retry``/``--outside-retry-max``, and the
+validation step's ``--image-pull-deadline``).
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 
 from lifecycle import recovery
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.controller.reconciler import NodeWrightReconciler
 from nodewright_bridge.controller.snapshot import Stores
+from nodewright_bridge.controller.validating import ValidationSettings
 from nodewright_bridge.k8s import caches
 from nodewright_bridge.runtime.manager import ReconcilerContext, ReconcilerFactory
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcilerSettings:
+    """The NodeWright reconciler's settings (``nwb controller`` options)."""
+
+    outside_retry: recovery.OutsideRetry = recovery.DEFAULT_OUTSIDE_RETRY
+    validation: ValidationSettings = field(default_factory=ValidationSettings)
 
 
 def build_reconciler(
     context: ReconcilerContext,
     *,
-    outside_retry: recovery.OutsideRetry = recovery.DEFAULT_OUTSIDE_RETRY,
+    settings: ReconcilerSettings | None = None,
 ) -> NodeWrightReconciler:
+    chosen = settings or ReconcilerSettings()
     informers = context.informers
     stores = Stores(
         nodes=informers.store(caches.NODES),
@@ -39,10 +52,11 @@ def build_reconciler(
         metrics=ProductMetrics(context.metrics.registry),
         clock=context.clock,
         foreground=context.foreground,
-        outside_retry=outside_retry,
+        outside_retry=chosen.outside_retry,
+        validation=chosen.validation,
     )
 
 
-def reconciler_factory(outside_retry: recovery.OutsideRetry) -> ReconcilerFactory:
-    """``build_reconciler`` with the controller's back-off of re-attempts after an outside cause."""
-    return functools.partial(build_reconciler, outside_retry=outside_retry)
+def reconciler_factory(settings: ReconcilerSettings) -> ReconcilerFactory:
+    """``build_reconciler`` with the controller's settings."""
+    return functools.partial(build_reconciler, settings=settings)

@@ -11,14 +11,14 @@ import sys
 
 import click
 
-from playbook_adapter.agent import interrupts, running
+from playbook_adapter.agent import interrupts, running, validating
 from playbook_adapter.agent.settings import AgentSettings
 from playbook_adapter.errors import BadInputError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
-    """Run a NodeWright package's stages (or an interrupt) on this node."""
+    """Run a NodeWright package's stages (or an interrupt) on this node, or validate it."""
 
 
 @main.command("run")
@@ -55,6 +55,12 @@ def interrupt_command(kind: str, services: str) -> None:
         sys.exit(running.EXIT_BAD_INPUT)
     running.write_termination_log(settings.termination_log, result)
     sys.exit(code)
+
+
+@main.command("validate")
+def validate_command() -> None:
+    """Check the package and its vars before any node is touched (no host access needed)."""
+    sys.exit(validating.run(_settings()))
 
 
 def _settings() -> AgentSettings:

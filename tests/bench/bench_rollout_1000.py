@@ -7,6 +7,7 @@ One package whose pods take 10 s (simulate mode), an exponential policy. Prints:
 - the controller's peak RSS and CPU seconds (``/usr/bin/time -v`` around ``nwb controller``);
 - the CR status size in bytes (compact JSON);
 - reconciles and the time they took (the controller's own histogram);
+- when the package spec's validation pod ran (check before cordon: one pod before batch 1);
 - a per-batch timeline from the simulated kubelet's side: when each batch's first and last pod
   started (the spread is API throughput: every start is a Node write, a Pod create and the
   kubelet's status write) and the gap between a batch's last pod ending and the next batch's
@@ -59,13 +60,21 @@ FLEET_LABEL = {"bench.nodewright.io/fleet": "rollout"}
 
 
 class TimedRunner(SimulateRunner):
-    """Simulate mode where every package pod takes ``seconds`` (unless annotated otherwise)."""
+    """Simulate mode where every package pod takes ``seconds`` (unless annotated otherwise).
+
+    The validation pod (one, before the first batch) keeps simulate mode's default second and is
+    timed apart: it is not part of any batch.
+    """
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.starts: list[float] = []  # time.monotonic() of every package pod start
+        self.validations: list[float] = []  # ... and of every validation pod start
 
     def start(self, node: SimNode, spec: ContainerSpec) -> SimulatedContainer:
+        if spec.is_validation_pod:
+            self.validations.append(time.monotonic())
+            return super().start(node, spec)
         if spec.is_package_pod and DURATION_ANNOTATION not in spec.pod_annotations:
             notes = {**spec.pod_annotations, DURATION_ANNOTATION: f"{self.seconds:g}s"}
             spec = replace(spec, pod_annotations=notes)
@@ -316,6 +325,11 @@ def run(nodes: int, seconds: float, budget: int, timeout: float, log_level: str)
     print(f"CR status size             {status_bytes} bytes")
     print(f"reconciles                 {reconciles:.0f}, {reconcile_seconds:.1f}s in all")
     print("timeline (simulated kubelet; pods run exactly their duration)")
+    for at in runner.validations:
+        first = (
+            f", first package pod t={min(runner.starts) - created:.2f}s" if runner.starts else ""
+        )
+        print(f"    validation pod started t={at - created:.2f}s (it takes 1s){first}")
     for line in timeline(runner.starts, batches, seconds, created):
         print(line)
     if runner.starts:

@@ -44,6 +44,7 @@ from invariants import Invariants
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from lifecycle.validating import VALIDATION_LABEL
 from nodewright_bridge.clock import SystemClock
 from nodewright_bridge.controller.wiring import build_reconciler
 from nodewright_bridge.k8s.client import ClientSettings, build_api_client
@@ -326,9 +327,18 @@ class World:
         )
 
     def package_pods(self, cr: str) -> list[Any]:
+        """The CR's node pods (package and interrupt pods; not its validation pods)."""
         return list(
             self.core.list_namespaced_pod(
-                NAMESPACE, label_selector=f"bridge.nodewright.io/cr={cr}"
+                NAMESPACE, label_selector=f"bridge.nodewright.io/cr={cr},!{VALIDATION_LABEL}"
+            ).items
+        )
+
+    def validation_pods(self, cr: str) -> list[Any]:
+        """The CR's validation pods (one per package spec, before any node works)."""
+        return list(
+            self.core.list_namespaced_pod(
+                NAMESPACE, label_selector=f"bridge.nodewright.io/cr={cr},{VALIDATION_LABEL}"
             ).items
         )
 

@@ -1,5 +1,7 @@
 """Bad input: the API server rejects invalid CRs with clear field messages (CRD schema + CEL), and
-a node whose state annotation is corrupt is reported and left alone while the others proceed."""
+a node whose state annotation is corrupt is reported and left alone while the others proceed.
+(A CR the API accepts whose package cannot work - vars against the role's argument spec, an image
+no node can pull - is caught before any node is touched: test_check_before_cordon.py.)"""
 
 from __future__ import annotations
 

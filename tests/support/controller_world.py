@@ -10,6 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from lifecycle.results import AgentResult
+from lifecycle.validating import VALIDATION_LABEL, ValidationResult
 from nodewright_bridge.controller import snapshot
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.controller.reconciler import NodeWrightReconciler
@@ -68,28 +69,45 @@ class ControllerWorld:
     def obj(self, resource: resources.Resource, name: str, namespace: str | None = None) -> Any:
         return self.api.get_object(resource, name, namespace)
 
-    def pods(self, cr: str) -> list[dict[str, Any]]:
+    def pods(self, cr: str, *, validation: bool = False) -> list[dict[str, Any]]:
+        """The package pods of ``cr`` (``validation``: its validation pods instead)."""
         prefix = resources.PODS.path(namespace=NAMESPACE) + "/"
         return [
             o
             for k, o in self.api.objects.items()
             if k.startswith(prefix)
-            and (o["metadata"].get("labels") or {}).get(caches.CR_LABEL) == cr
+            and (labels := o["metadata"].get("labels") or {}).get(caches.CR_LABEL) == cr
+            and (VALIDATION_LABEL in labels) == validation
         ]
 
-    def finish_pods(self, cr: str) -> None:
-        """Every live pod of ``cr`` ends well, with the agent's result as termination message."""
-        for pod in self.pods(cr):
+    def finish_pods(self, cr: str, *, validation: bool = False) -> None:
+        """Every live pod of ``cr`` ends well, with the agent's result as termination message
+        (``validation``: its validation pods pass)."""
+        for pod in self.pods(cr, validation=validation):
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
             labels = pod["metadata"]["labels"]
-            result = AgentResult(package=labels["bridge.nodewright.io/package"])
-            state = {"terminated": {"exitCode": 0, "message": result.to_termination_message()}}
-            pod["status"] = {
-                "phase": "Succeeded",
-                "containerStatuses": [{"name": "agent", "state": state}],
-            }
-            self.api.put(resources.PODS, pod)
+            if validation:
+                message = ValidationResult(passed=True).to_termination_message()
+            else:
+                message = AgentResult(
+                    package=labels["bridge.nodewright.io/package"]
+                ).to_termination_message()
+            self.end_pod(pod, message)
+
+    def end_pod(self, pod: dict[str, Any], message: str, *, exit_code: int = 0) -> None:
+        state = {"terminated": {"exitCode": exit_code, "message": message}}
+        pod["status"] = {
+            "phase": "Succeeded" if exit_code == 0 else "Failed",
+            "containerStatuses": [{"name": "agent", "state": state}],
+        }
+        self.api.put(resources.PODS, pod)
+
+    def validate(self, cr: str) -> None:
+        """The check before cordon: a pass creates the validation pods, which then pass; the
+        next ``step`` records that and lets the rollout start."""
+        self.step(cr)
+        self.finish_pods(cr, validation=True)
 
     def sync(self) -> None:
         """Refill the caches from the API's objects, decoded as the informers decode them."""

@@ -163,8 +163,8 @@ class PodmanRunner:
     def close(self) -> None:
         return None
 
-    def _image_command(self, image: str) -> list[str]:
-        """The image's entrypoint + cmd, for pods that give no command (pulls the image)."""
+    def _pull(self, image: str) -> None:
+        """Pull ``image``; a failure is the kubelet's ``ErrImagePull`` (the container waits)."""
         tls = f"--tls-verify={str(self.tls_verify).lower()}"
         pulled = subprocess.run(
             ["podman", *PODMAN_GLOBAL, "pull", "--quiet", tls, image],
@@ -177,6 +177,10 @@ class PodmanRunner:
             raise ContainerStartError(
                 f"pull {image}: {pulled.stderr.strip()}", reason="ErrImagePull"
             )
+
+    def _image_command(self, image: str) -> list[str]:
+        """The image's entrypoint + cmd, for pods that give no command (pulls the image)."""
+        self._pull(image)
         shown = subprocess.run(
             ["podman", "image", "inspect", "--format", "{{json .Config}}", image],
             capture_output=True,
@@ -187,6 +191,12 @@ class PodmanRunner:
         return [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
 
     def start(self, node: SimNode, spec: ContainerSpec) -> PodmanContainer:
+        pull = self.pull
+        if pull == "always" and spec.command:
+            # As a kubelet does: an image that cannot be pulled leaves the container waiting in
+            # ErrImagePull (then ImagePullBackOff) instead of a run that exits at once.
+            self._pull(spec.image)
+            pull = "missing"
         root, state = self.roots.boot(node)
         scratch = spec.scratch_dir or (state / "containers" / container_name(spec))
         scratch.mkdir(parents=True, exist_ok=True)
@@ -227,7 +237,7 @@ class PodmanRunner:
             "--privileged",
             "--network=host",
             f"--hostname={node.name}",
-            f"--pull={self.pull}",
+            f"--pull={pull}",
             f"--tls-verify={str(self.tls_verify).lower()}",
             f"--env-file={env_file}",
             *multiline,

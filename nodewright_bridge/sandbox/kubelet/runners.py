@@ -34,6 +34,7 @@ from typing import Protocol
 
 from lifecycle import durations
 from lifecycle.results import AgentResult
+from lifecycle.validating import VALIDATION_LABEL, ValidationResult
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode
 
 # Pods with this label are package pods; all others are workload pods (docs/node-pod-contract.md,
@@ -128,6 +129,11 @@ class ContainerSpec:
     @property
     def is_package_pod(self) -> bool:
         return is_package_pod(self.pod_labels)
+
+    @property
+    def is_validation_pod(self) -> bool:
+        """A package's validation pod (``nwb-agent validate``): a package pod that only reads."""
+        return self.is_package_pod and VALIDATION_LABEL in self.pod_labels
 
 
 def is_package_pod(labels: Mapping[str, str] | None) -> bool:
@@ -236,7 +242,8 @@ class SimulateRunner:
 
     - Package pods (label ``app.kubernetes.io/managed-by=nodewright-bridge``) end after
       ``sandbox.nodewright.io/duration`` (default 1s) with ``.../exit-code`` (default 0) and
-      ``.../message`` (default: a successful AgentResult for the pod's package and version).
+      ``.../message`` (default: a successful AgentResult for the pod's package and version; for
+      a validation pod a passed ValidationResult).
     - Other pods run until deleted, except restartPolicy Never pods with a duration annotation,
       which end after it like a Job's pod.
     """
@@ -278,6 +285,13 @@ class SimulateRunner:
 
 def default_message(spec: ContainerSpec) -> str:
     """A successful agent result for a package pod, as the real agent would write."""
+    if spec.is_validation_pod:
+        passed = ValidationResult(
+            package=spec.pod_labels.get(VALIDATION_LABEL, ""),
+            version=spec.env.get("NW_VERSION", ""),
+            passed=True,
+        )
+        return passed.to_termination_message()
     result = AgentResult(
         package=spec.pod_labels.get("bridge.nodewright.io/package", ""),
         version=spec.pod_labels.get("bridge.nodewright.io/version", ""),

@@ -182,3 +182,38 @@ def test_the_node_facts_name_the_pdbs_and_pods_that_block_a_drain() -> None:
     assert snap.facts.blocking_pdbs == ("shop/web-pdb",)
     assert snap.facts.unevictable_pods == 1  # no controller, no drain.force
     assert snap.blocking_pdbs == snap.facts.blocking_pdbs
+
+
+def validation_pod(cr: str, node: str, phase: str = "Running") -> dict[str, object]:
+    return {
+        "metadata": {
+            "name": f"nwv-{cr}",
+            "namespace": "nodewright-system",
+            "labels": {
+                "app.kubernetes.io/managed-by": "nodewright-bridge",
+                "bridge.nodewright.io/cr": cr,
+                "bridge.nodewright.io/validate": "pp",
+            },
+            "annotations": {"bridge.nodewright.io/validation-key": "k"},
+        },
+        "spec": {"nodeName": node},
+        "status": {"phase": phase},
+    }
+
+
+def test_validation_pods_are_neither_this_crs_package_pods_nor_another_crs() -> None:
+    cr = NodeWright.model_validate(
+        {
+            "metadata": {"name": "mine"},
+            "spec": {"packages": {"pp": {"version": "1.0.0", "image": "r/p"}}},
+        }
+    )
+    node = {"metadata": {"name": "n1"}, "status": {"nodeInfo": {"bootID": "b"}}}
+    stores = snapshot.stores_from(
+        nodes=[node], pods=[validation_pod("mine", "n1"), validation_pod("other", "n1")]
+    )
+    snap = snapshot.snapshot_node(cr, node, stores, snapshot.PdbIndex())
+    assert snap.pods == (), "the stage planner would delete a pod it does not know"
+    assert snap.facts.foreign_package_pods == 0, "a validation pod does not hold interrupts back"
+    assert snap.package_pod_versions == ()
+    assert snapshot.observe_pod(validation_pod("mine", "n1")) is None

@@ -78,6 +78,7 @@ def test_pdb_blocked_names_the_budget_after_the_drain_expires_and_clears_when_it
     world.add(resources.PDBS, exhausted_pdb())
     world.api.refuse_evictions[resources.PODS.path(namespace=NS, name="train-0")] = "train"
     world.add(resources.NODEWRIGHTS, nodewright("tune", SPEC))
+    world.validate("tune")
     step_until(world, lambda: condition(world, "PDBBlocked").get("status") == "True")
 
     world.clock.advance(120)  # past the drain deadline
@@ -98,6 +99,7 @@ def test_nodes_ignored_names_a_complete_node_that_got_the_ignore_label() -> None
     world.add(resources.NODES, node("n0", POOL))
     spec = {**SPEC, "packages": {"tune": {"version": "1.0.0", "image": "registry.local:5000/t"}}}
     world.add(resources.NODEWRIGHTS, nodewright("tune", spec))
+    world.validate("tune")
 
     def finished() -> bool:
         world.finish_pods("tune")

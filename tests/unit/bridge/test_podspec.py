@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from lifecycle import validating
 from lifecycle.spec import NodeWright
 from nodewright_bridge.controller import podspec
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def make_cr(**package: object) -> NodeWright:
@@ -127,3 +132,54 @@ def test_a_changed_var_gives_a_new_configmap_name() -> None:
         cr, cr.spec.packages["sysctl-tuning"]
     )["metadata"]["name"]
     assert name(a) != name(b)
+
+
+# ---- the validation pod ----------------------------------------------------------------------
+
+
+def validation_pod(cr: NodeWright, attempt: int = 1) -> dict[str, object]:
+    start = validating.PodToStart(
+        package="sysctl-tuning",
+        key="0123456789abcdef",
+        node="gpu-node-001.example.internal",
+        attempt=attempt,
+        started=T0,
+        deadline=T0 + timedelta(minutes=30),
+    )
+    return podspec.build_validation_pod(cr, start)
+
+
+def test_the_validation_pod_reads_the_package_with_a_node_pods_inputs_and_nothing_of_the_host() -> (
+    None
+):
+    cr = make_cr(secretVars=[{"secretName": "creds", "key": "token"}], configMap={"a.conf": "x"})
+    pod: Any = validation_pod(cr)
+    node_pod = podspec.build_pod(request(cr))
+    spec = pod["spec"]
+    assert spec["nodeName"] == "gpu-node-001.example.internal"
+    assert spec["restartPolicy"] == "Never" and "hostPID" not in spec
+    assert spec["activeDeadlineSeconds"] == 1800
+    assert not [v for v in spec["volumes"] if "hostPath" in v]
+    assert spec["volumes"] == [v for v in node_pod["spec"]["volumes"] if "hostPath" not in v]
+    assert spec["tolerations"] == node_pod["spec"]["tolerations"]
+    (container,) = spec["containers"]
+    assert container["command"] == ["nwb-agent"] and container["args"] == ["validate"]
+    assert container["image"] == "127.0.0.1:5000/pkgs/sysctl-tuning:1.2.3"
+    assert container["securityContext"]["privileged"] is False
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    node_mounts = node_pod["spec"]["containers"][0]["volumeMounts"]
+    assert container["volumeMounts"] == [m for m in node_mounts if m["name"] != "host"]
+    assert "swappiness" not in json.dumps(container), "vars come only as files"
+
+
+def test_the_validation_pod_is_labelled_apart_from_package_pods_and_named_per_attempt() -> None:
+    cr = make_cr()
+    pod: Any = validation_pod(cr)
+    labels = pod["metadata"]["labels"]
+    assert labels[validating.VALIDATION_LABEL] == "sysctl-tuning"
+    assert labels[podspec.LABEL_CR] == "gpu-tuning"
+    assert podspec.LABEL_PACKAGE not in labels and podspec.LABEL_VERSION not in labels
+    assert pod["metadata"]["annotations"][podspec.ANNOTATION_VALIDATION_KEY] == "0123456789abcdef"
+    name = pod["metadata"]["name"]
+    assert len(name) <= 63 and name == validation_pod(cr)["metadata"]["name"]  # type: ignore[index]
+    assert name != validation_pod(cr, attempt=2)["metadata"]["name"]  # type: ignore[index]

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from lifecycle.recovery import OutsideRetry
 from nodewright_bridge.commands import controller
-from nodewright_bridge.controller.wiring import build_reconciler
+from nodewright_bridge.controller.validating import ValidationSettings
+from nodewright_bridge.controller.wiring import ReconcilerSettings, build_reconciler
 from nodewright_bridge.k8s.client import classify_request
 from nodewright_bridge.k8s.slimming import slim_node, slim_pod
 from nodewright_bridge.k8s.store import Store, by_label, by_node_name, object_key
@@ -207,10 +208,25 @@ def test_the_outside_retry_settings_are_checked_and_reach_the_reconciler_factory
     inverted = CliRunner().invoke(command, ["--outside-retry", "2h", "--outside-retry-max", "1h"])
     assert inverted.exit_code == 2 and "--outside-retry-max" in inverted.output
     assert settings == []
-    CliRunner().invoke(command, ["--outside-retry", "30s", "--outside-retry-max", "10m"])
-    assert settings == [OutsideRetry(base=timedelta(seconds=30), cap=timedelta(minutes=10))]
+    CliRunner().invoke(
+        command,
+        ["--outside-retry", "30s", "--outside-retry-max", "10m", "--image-pull-deadline", "90s"],
+    )
+    assert settings == [
+        ReconcilerSettings(
+            outside_retry=OutsideRetry(base=timedelta(seconds=30), cap=timedelta(minutes=10)),
+            validation=ValidationSettings(pull_deadline=timedelta(seconds=90)),
+        )
+    ]
     assert "--outside-retry" in CliRunner().invoke(controller.command, ["--help"]).output
     assert (
         "--outside-retry"
         not in CliRunner().invoke(controller.make_command(build_reconciler), ["--help"]).output
     )
+
+
+@pytest.mark.parametrize("value", ["soon", "0s"])
+def test_a_bad_image_pull_deadline_is_refused_before_anything_starts(value: str) -> None:
+    result = CliRunner().invoke(controller.command, ["--image-pull-deadline", value])
+    assert result.exit_code == 2
+    assert "--image-pull-deadline" in result.output

@@ -26,8 +26,11 @@ from lifecycle.status import (
     BatchState,
     CompartmentStatus,
     NodeWrightStatus,
+    PackageValidation,
     Status,
+    ValidationState,
 )
+from lifecycle.validating import SpecFailure
 
 S = Status
 
@@ -263,3 +266,51 @@ def test_rollout_input_carries_the_plan_into_status_fields_and_conditions() -> N
     assert "n03" in cond(status, "NodesIgnored").message  # type: ignore[attr-defined]
     assert "ml/train" in cond(status, "PDBBlocked").message  # type: ignore[attr-defined]
     assert got.waiting_for == "earlier"
+
+
+# ---- check before cordon: validation failures and validation in progress ---------------------
+
+ARGSPEC = SpecFailure(
+    "dexter", "ArgumentSpecViolation", "spec.packages.dexter.vars.swappiness: must be integer"
+)
+
+
+def test_a_failed_validation_sets_invalid_spec_with_its_reason_and_blocks_the_cr() -> None:
+    status = aggregate(inp(S.WAITING, S.WAITING, spec_failures=[ARGSPEC]))
+    invalid = cond(status, "InvalidSpec")
+    assert (invalid.status, invalid.reason) == ("True", "ArgumentSpecViolation")
+    assert invalid.message.startswith("spec.packages.dexter.vars.swappiness: must be integer")
+    assert status.status is S.BLOCKED
+    ready = cond(status, "Ready")
+    assert ready.status == "False" and ready.reason == "Blocked"
+
+
+def test_a_retried_failure_says_when_it_is_validated_again() -> None:
+    pull = SpecFailure(
+        "dexter", "ImageNotFound", "image x cannot be pulled", "2026-01-01T12:01:30Z"
+    )
+    invalid = cond(aggregate(inp(S.WAITING, spec_failures=[pull])), "InvalidSpec")
+    assert invalid.reason == "ImageNotFound"
+    assert "(validated again at 2026-01-01T12:01:30Z)" in invalid.message
+
+
+def test_the_crs_own_problems_come_before_validation_failures() -> None:
+    status = aggregate(inp(S.WAITING, invalid_spec=["spec.x: bad"], spec_failures=[ARGSPEC]))
+    invalid = cond(status, "InvalidSpec")
+    assert (invalid.reason, invalid.message) == ("ValidationFailed", "spec.x: bad")
+
+
+def test_while_validation_runs_invalid_spec_is_unknown_and_says_what_runs() -> None:
+    status = aggregate(inp(S.WAITING, validating=["dexter 1.2.3: validating on node n1"]))
+    invalid = cond(status, "InvalidSpec")
+    assert (invalid.status, invalid.reason) == ("Unknown", "Validating")
+    assert "dexter 1.2.3: validating on node n1" in invalid.message
+    assert status.status is S.WAITING
+
+
+def test_validation_records_are_written_and_kept_when_a_pass_has_none() -> None:
+    record = PackageValidation(key="k", state=ValidationState.PASSED)
+    first = aggregate(inp(S.COMPLETE, validations={"dexter": record}))
+    assert first.validations == {"dexter": record}
+    assert aggregate(inp(S.COMPLETE, previous=first)).validations == {"dexter": record}
+    assert aggregate(inp(S.COMPLETE, previous=first, validations={})).validations == {}

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lifecycle.results import parse_termination_message
+from lifecycle.validating import VALIDATION_LABEL, parse_result
 from nodewright_bridge.commands.sandbox import parse_labels
 from nodewright_bridge.sandbox.kubelet.kubelet import SyncQueue
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode
@@ -47,6 +48,16 @@ def test_a_package_container_ends_with_a_successful_agent_result_by_default() ->
     assert running.poll() == 0
     result = parse_termination_message(running.termination_message())
     assert result.succeeded and result.package == "ntp"
+
+
+def test_a_validation_container_ends_with_a_passed_validation_by_default() -> None:
+    labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, VALIDATION_LABEL: "ntp"}
+    notes = {DURATION_ANNOTATION: "0s"}
+    spec = _spec(pod_labels=labels, pod_annotations=notes, env={"NW_VERSION": "1.2.0"})
+    running = SimulateRunner().start(NODE, spec)
+    assert running.poll() == 0
+    result = parse_result(running.termination_message())
+    assert result.passed and (result.package, result.version) == ("ntp", "1.2.0")
 
 
 def test_a_package_container_takes_its_duration_and_exit_code_from_annotations() -> None:
