@@ -51,7 +51,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
             )
         core = client.CoreV1Api(api)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
-        yield E2E(box, api)
+        yield E2E(box, api, runner)
     finally:
         api.close()
         box.stop()

@@ -72,6 +72,10 @@ TEST_ROLES = Path(__file__).resolve().parent / "roles"
 EXEC_REGISTRY = "registry.e2e.local:5000/nwb"
 SIM_REGISTRY = "sim.e2e.local/nwb"
 MISSING_REGISTRY = "missing.e2e.local/nwb"
+# Images under FLAKY_REGISTRY are simulated packages whose pull fails on the nodes named in
+# ``DispatchRunner.failing_pulls`` (a node that cannot reach the registry; the validation pod
+# on another node pulls them fine).
+FLAKY_REGISTRY = "flaky.e2e.local/nwb"
 # Package env read by the simulated runner (the controller passes a package's env to its pods).
 SIM_DURATION_ENV = "E2E_SIM_DURATION"
 SIM_EXIT_CODE_ENV = "E2E_SIM_EXIT_CODE"
@@ -99,6 +103,7 @@ class DispatchRunner:
         self.sim = SimulateRunner()
         self._prepared: set[str] = set()
         self._lock = threading.Lock()
+        self.failing_pulls: set[str] = set()
 
     def prepare_node(self, node: SimNode) -> None:
         return None
@@ -110,7 +115,8 @@ class DispatchRunner:
                     self.exec.prepare_node(node)
                     self._prepared.add(node.name)
             return self.exec.start(node, spec)
-        if spec.is_package_pod and spec.image.startswith(MISSING_REGISTRY + "/"):
+        flaky = spec.image.startswith(FLAKY_REGISTRY + "/") and node.name in self.failing_pulls
+        if spec.is_package_pod and (spec.image.startswith(MISSING_REGISTRY + "/") or flaky):
             raise ContainerStartError(
                 f"pull {spec.image}: manifest unknown", reason="ErrImagePull", exit_code=0
             )
@@ -148,8 +154,11 @@ def _package_dirs(dest: Path) -> dict[str, Path]:
 
 
 class E2E:
-    def __init__(self, box: Sandbox, api: client.ApiClient) -> None:
+    def __init__(
+        self, box: Sandbox, api: client.ApiClient, runner: DispatchRunner | None = None
+    ) -> None:
         self.box = box
+        self.runner = runner
         self.api = api
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)

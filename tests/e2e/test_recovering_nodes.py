@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from e2e_harness import EXEC_REGISTRY, MISSING_REGISTRY, SIM_REGISTRY, World, wait_for
+from e2e_harness import EXEC_REGISTRY, FLAKY_REGISTRY, SIM_REGISTRY, World, wait_for
 from kubernetes import client
 
 pytestmark = pytest.mark.e2e
@@ -104,25 +104,33 @@ def test_a_drain_blocked_by_a_pdb_is_re_attempted_once_the_pdb_is_deleted(world:
 def test_an_image_that_cannot_be_pulled_recovers_when_the_cr_fixes_the_image(
     world: World,
 ) -> None:
-    (node,) = world.add_nodes(1)
+    """The validation pod pulled the image on the first node; the second cannot reach the
+    registry. Its pull failure is an outside cause, and a new image in the CR restarts it."""
+    first, second = world.add_nodes(2)
+    assert world.env.runner is not None
+    world.env.runner.failing_pulls.add(second)
     cr = world.cr_name("ghost")
     pkg = {
         "version": "1.0.0",
-        "image": f"{MISSING_REGISTRY}/ghost",
+        "image": f"{FLAKY_REGISTRY}/ghost",
         "timeouts": {"stage": "5s"},
         "maxAttempts": 1,
     }
-    world.apply_cr(cr, {"packages": {"ghost": pkg}})
-    world.start_controller()
-    wait_for(lambda: world.node_status(cr, node) == "erroring", what="node erroring")
-    entry = world.state(cr, node)["ghost|1.0.0"]
-    assert entry["cause"] == "image-pull", entry
-    assert "ImagePull" in entry["message"] or "ErrImagePull" in entry["message"], entry
-    assert "re-attempt at" in entry["message"], entry
-    world.patch_cr(cr, {"spec": {"packages": {"ghost": {"image": f"{SIM_REGISTRY}/ghost"}}}})
-    wait_for(lambda: complete(world, cr), what="complete with the fixed image")
-    assert world.state(cr, node)["ghost|1.0.0"]["state"] == "complete"
-    wait_for(lambda: events(world, "RetryingAfterSpecChange", node), what="re-attempt Event")
+    world.apply_cr(cr, {"interruptionBudget": {"count": 2}, "packages": {"ghost": pkg}})
+    try:
+        world.start_controller()
+        wait_for(lambda: world.node_status(cr, second) == "erroring", what="node erroring")
+        entry = world.state(cr, second)["ghost|1.0.0"]
+        assert entry["cause"] == "image-pull", entry
+        assert "ImagePull" in entry["message"] or "ErrImagePull" in entry["message"], entry
+        assert "re-attempt at" in entry["message"], entry
+        wait_for(lambda: world.node_status(cr, first) == "complete", what="first node complete")
+        world.patch_cr(cr, {"spec": {"packages": {"ghost": {"image": f"{SIM_REGISTRY}/ghost"}}}})
+        wait_for(lambda: complete(world, cr), what="complete with the fixed image")
+    finally:
+        world.env.runner.failing_pulls.discard(second)
+    assert world.state(cr, second)["ghost|1.0.0"]["state"] == "complete"
+    wait_for(lambda: events(world, "RetryingAfterSpecChange", second), what="re-attempt Event")
 
 
 def test_a_stalled_compartment_resumes_after_the_fix_and_the_reset_annotation(
