@@ -5,7 +5,8 @@ is plugged in by ``controller.wiring.build_reconciler``. ``make_command(factory)
 command around another reconciler factory (the runtime's own tests run one that only logs);
 ``configure`` adds the NodeWright reconciler's settings (``--outside-retry``,
 ``--outside-retry-max``: the back-off of re-attempts after a failure outside the package, see
-``lifecycle.recovery``) and builds the factory from them.
+``lifecycle.recovery``; ``--failed-pod-ttl``: how long a failed package pod is kept for its log)
+and builds the factory from them.
 
 SIGTERM and SIGINT stop gracefully: the queue stops handing out keys, the current reconciles
 finish, the Lease is released so a standby takes over at once.
@@ -104,6 +105,16 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedel
     return parsed
 
 
+def _ttl(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
+    """A Go duration, zero allowed."""
+    if value.strip() == "0":
+        return timedelta(0)
+    try:
+        return durations.parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
 def _recovery_options(command: Callable[..., None]) -> Callable[..., None]:
     """The NodeWright reconciler's settings (defaults: ``recovery.OutsideRetry``)."""
     for option in (
@@ -123,6 +134,15 @@ def _recovery_options(command: Callable[..., None]) -> Callable[..., None]:
             show_default=True,
             help="Longest back-off between such re-attempts.",
         ),
+        click.option(
+            "--failed-pod-ttl",
+            callback=_ttl,
+            default="24h",
+            show_default=True,
+            help="Keep a failed package pod this long after it ended, for `kubectl logs` / "
+            "`nwb logs` (0: delete it at once; its last lines are kept in the node's "
+            "nwb-logs ConfigMap either way). Succeeded pods are deleted at once.",
+        ),
     ):
         command = option(command)
     return command
@@ -131,10 +151,11 @@ def _recovery_options(command: Callable[..., None]) -> Callable[..., None]:
 def make_command(
     factory: ReconcilerFactory,
     *,
-    configure: Callable[[recovery.OutsideRetry], ReconcilerFactory] | None = None,
+    configure: Callable[..., ReconcilerFactory] | None = None,
 ) -> click.Command:
     """``nwb controller`` around ``factory`` (``build_reconciler(context) -> Reconciler``); with
-    ``configure``, the recovery options too, and the factory ``configure(settings)`` returns."""
+    ``configure``, the recovery options too, and the factory
+    ``configure(settings, failed_pod_ttl=...)`` returns."""
 
     def start(**options: Any) -> None:
         chosen = factory
@@ -145,7 +166,8 @@ def make_command(
                 raise click.BadParameter(
                     "must be at least --outside-retry", param_hint="--outside-retry-max"
                 )
-            chosen = configure(recovery.OutsideRetry(base=base, cap=cap))
+            ttl = options.pop("failed_pod_ttl")
+            chosen = configure(recovery.OutsideRetry(base=base, cap=cap), failed_pod_ttl=ttl)
         run(chosen, **options)
 
     start.__doc__ = """Run the controller (informers, work queue, leader election, /metrics,

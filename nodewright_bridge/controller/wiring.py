@@ -1,13 +1,15 @@
 """The reconciler ``nwb controller`` runs: ``build_reconciler(context)`` wires the NodeWright
 reconciler to the runtime's informers, writer, Events, metrics and clock; ``reconciler_factory``
-does the same with the controller's settings (``--outside-retry``, ``--outside-retry-max``).
+does the same with the controller's settings (``--outside-retry``, ``--outside-retry-max``,
+``--failed-pod-ttl``).
 """
 
 from __future__ import annotations
 
 import functools
+from datetime import timedelta
 
-from lifecycle import recovery
+from lifecycle import recovery, stages
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.controller.reconciler import NodeWrightReconciler
 from nodewright_bridge.controller.snapshot import Stores
@@ -19,6 +21,7 @@ def build_reconciler(
     context: ReconcilerContext,
     *,
     outside_retry: recovery.OutsideRetry = recovery.DEFAULT_OUTSIDE_RETRY,
+    failed_pod_ttl: timedelta = stages.DEFAULT_FAILED_POD_TTL,
 ) -> NodeWrightReconciler:
     informers = context.informers
     stores = Stores(
@@ -40,9 +43,16 @@ def build_reconciler(
         clock=context.clock,
         foreground=context.foreground,
         outside_retry=outside_retry,
+        failed_pod_ttl=failed_pod_ttl,
     )
 
 
-def reconciler_factory(outside_retry: recovery.OutsideRetry) -> ReconcilerFactory:
-    """``build_reconciler`` with the controller's back-off of re-attempts after an outside cause."""
-    return functools.partial(build_reconciler, outside_retry=outside_retry)
+def reconciler_factory(
+    outside_retry: recovery.OutsideRetry,
+    failed_pod_ttl: timedelta = stages.DEFAULT_FAILED_POD_TTL,
+) -> ReconcilerFactory:
+    """``build_reconciler`` with the controller's back-off of re-attempts after an outside cause
+    and how long failed package pods are kept."""
+    return functools.partial(
+        build_reconciler, outside_retry=outside_retry, failed_pod_ttl=failed_pod_ttl
+    )

@@ -196,9 +196,11 @@ def test_the_controller_command_is_built_around_the_reconciler_factory_it_is_giv
 
 def test_the_outside_retry_settings_are_checked_and_reach_the_reconciler_factory() -> None:
     settings: list[object] = []
+    ttls: list[object] = []
 
-    def configure(outside: object) -> object:
+    def configure(outside: object, failed_pod_ttl: object) -> object:
         settings.append(outside)
+        ttls.append(failed_pod_ttl)
         raise SystemExit(0)  # stop before anything starts
 
     command = controller.make_command(build_reconciler, configure=configure)  # type: ignore[arg-type]
@@ -209,6 +211,9 @@ def test_the_outside_retry_settings_are_checked_and_reach_the_reconciler_factory
     assert settings == []
     CliRunner().invoke(command, ["--outside-retry", "30s", "--outside-retry-max", "10m"])
     assert settings == [OutsideRetry(base=timedelta(seconds=30), cap=timedelta(minutes=10))]
+    assert ttls == [timedelta(hours=24)]
+    CliRunner().invoke(command, ["--failed-pod-ttl", "0"])
+    assert ttls[-1] == timedelta(0)
     assert "--outside-retry" in CliRunner().invoke(controller.command, ["--help"]).output
     assert (
         "--outside-retry"
