@@ -4,6 +4,7 @@ pod is gone, with the secrets kept out."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -190,12 +191,8 @@ def test_logs_of_a_failed_attempt_after_its_pod_is_gone_keep_secrets_out(world: 
         kept_data = world.core.read_namespaced_config_map(f"nwb-logs-{node}", NAMESPACE).data
         assert kept_data and all(token not in v and password not in v for v in kept_data.values())
     finally:
-        try:
+        with contextlib.suppress(ApiException):
             world.core.delete_namespaced_secret(secret, NAMESPACE)
-        except ApiException:
-            pass
         for name in nodes:
-            try:
+            with contextlib.suppress(ApiException):
                 world.core.delete_namespaced_config_map(f"nwb-logs-{name}", NAMESPACE)
-            except ApiException:
-                pass
