@@ -108,6 +108,31 @@ def test_pause_resume_disable_enable_ignore_rerun_reset_and_nodes(world: World) 
     assert world.node(n0).spec.unschedulable  # the human's cordon
     assert nwb(world, "rerun", cr, "--node", n0, "--package", "nope", "--yes", code=1)
 
+    # reset is refused while a pod of the CR runs on the node (one without package labels: the
+    # controller leaves it alone, the verb counts it)
+    world.core.create_namespaced_pod(
+        NAMESPACE,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name=f"busy-{world.id}", labels={P + "cr": cr}),
+            spec=client.V1PodSpec(
+                node_name=n1, containers=[client.V1Container(name="c", image="busybox")]
+            ),
+        ),
+    )
+    wait_for(
+        lambda: (
+            world.core.read_namespaced_pod(f"busy-{world.id}", NAMESPACE).status.phase == "Running"
+        ),
+        what="the busy pod running",
+    )
+    busy = CliRunner().invoke(
+        main, ["reset", cr, "--node", n1, "--yes", "--kubeconfig", str(world.env.kubeconfig)]
+    )
+    assert busy.exit_code == 1 and "still run there" in busy.output
+    assert entry(world, cr, n1)  # nothing was reset
+    world.core.delete_namespaced_pod(f"busy-{world.id}", NAMESPACE, grace_period_seconds=0)
+    wait_for(lambda: not world.package_pods(cr), what="the busy pod gone")
+
     # reset forgets the CR on n1; the rollout picks it again and it is installed afresh
     dry = nwb(world, "reset", cr, "--node", n1, "--dry-run").output
     assert "(dry run)" in dry and entry(world, cr, n1)
