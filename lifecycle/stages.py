@@ -607,7 +607,9 @@ def _keep_or_delete_failed(work: _Work, pod: PodObservation, succeeded: set[str]
     reason = ""
     if ttl <= timedelta(0) or pod.finished is None:
         reason = "failed"
-    elif key in succeeded or entry is None or entry.state is StageState.COMPLETE:
+    elif entry is None:
+        reason = "failed; the node no longer records its package"
+    elif key in succeeded or entry.state is StageState.COMPLETE:
         reason = "failed; a newer attempt succeeded"
     elif inp.now >= pod.finished + ttl:
         reason = f"failed; kept {_fmt_duration(ttl)} for its log"

@@ -6,9 +6,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from stage_world import World, make_cr
+from stage_world import T0, World, make_cr
 
 from lifecycle import actions as act
+from lifecycle import releasing
 from lifecycle.nodestate import StageState
 from lifecycle.results import AgentResult, Failure
 from lifecycle.stages import PodPhase
@@ -94,6 +95,27 @@ def test_a_new_attempt_that_reuses_a_kept_pods_name_deletes_it_first() -> None:
     world.finish_pods()
     world.step()
     assert world.state[KEY].state is StageState.COMPLETE
+
+
+def test_a_kept_failed_pod_goes_when_its_entry_is_forgotten_or_the_node_released() -> None:
+    world = world_with(max_attempts=1)
+    world.step()
+    world.finish_pods(fail="pkg")
+    world.step()
+    (kept,) = world.pods
+    world.state.clear()  # ``nwb reset``
+    world.allowed = False
+    deleted = {a.name: a.reason for a in of(world.step().actions, act.DeletePod)}
+    assert deleted == {kept: "failed; the node no longer records its package"}
+    node = releasing.HeldNode(
+        name="n1",
+        labels={},
+        annotations={"bridge.nodewright.io/status-tune": "erroring"},
+        cordon=None,
+        pods=(releasing.PodSeen(kept, "pkg", False, live=False, deleting=False, created=T0),),
+    )
+    plan = releasing.plan_release(world.cr, node, [world.cr], T0)
+    assert [a.name for a in of(plan.actions, act.DeletePod)] == [kept]
 
 
 def test_a_zero_ttl_deletes_a_failed_pod_at_once() -> None:
