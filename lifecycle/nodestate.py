@@ -128,6 +128,12 @@ class PackageState(WireModel):
     reattempts: int = Field(
         default=0, description="Re-attempts after outside causes in this cycle (back-off doubles)."
     )
+    rerun: bool = Field(
+        default=False,
+        description="Someone asked for the package to run again on the node (``nwb rerun``): a "
+        "complete entry opens a fresh cycle, an erroring one is re-attempted, once the rollout "
+        "picks the node (the planner clears it then).",
+    )
 
 
 def package_key(name: str, version: str) -> str:

@@ -58,6 +58,7 @@ class Due(StrEnum):
     CLEARED = "cause cleared"
     BACKOFF = "back-off elapsed"
     PICKED = "picked again"  # the rollout gave the node a new slot (e.g. a compartment reset)
+    REQUESTED = "rerun asked for"  # ``nwb rerun`` set the entry's ``rerun`` flag
 
 
 def cause_of(text: str) -> Cause | None:

@@ -7,7 +7,8 @@ reboot). So the shape is versioned (``"v": 1``), small, and both ends share this
 
 Guarantees:
 - ``AgentResult.to_termination_message`` always returns valid JSON of at most ``max_bytes`` UTF-8
-  bytes. When the full result does not fit it first shortens the failure message, then drops the
+  bytes. When the full result does not fit it first shortens the output tail (the last lines of
+  the run's log, for people), then drops it, then shortens the failure message, then drops the
   details of stages that did not fail, then all stage details, and marks ``truncated``. The facts
   the controller decides on (failed or not, failing stage, what the role asked for: the package's
   declared interrupt, rebootRequested, deferred service restarts, pending handlers) survive every
@@ -41,6 +42,10 @@ RAW_EXCERPT_CHARS = 200
 MAX_REQUEST_ITEMS = 16
 MAX_REQUEST_NAME_CHARS = 100
 ELLIPSIS = "…"
+# The output tail is for people: when the result is too big it shrinks to these few, shorter
+# lines, then goes (before anything the controller decides on).
+SHORT_OUTPUT_LINES = 8
+MAX_OUTPUT_LINE_CHARS = 160
 
 
 class StageStatus(StrEnum):
@@ -91,6 +96,11 @@ class AgentResult(WireModel):
     )
     request_reasons: list[str] = Field(
         default_factory=list, description="Why a reboot or restart was asked for (for people)."
+    )
+    output: list[str] = Field(
+        default_factory=list,
+        description="Last lines of the run's human log (secrets redacted), for ``nwb logs`` after "
+        "the pod is gone; dropped first when the result does not fit.",
     )
     truncated: bool = Field(default=False, description="Details were dropped to fit 4 KiB.")
     stages_omitted: int = Field(default=0, ge=0, description="Stage entries dropped to fit.")
@@ -170,7 +180,11 @@ class AgentResult(WireModel):
             }
         )
         failed_only = [s for s in base.stages if s.status is StageStatus.FAILED][:1]
+        short = [_cut(line, MAX_OUTPUT_LINE_CHARS) for line in base.output[-SHORT_OUTPUT_LINES:]]
+        base_short = base.model_copy(update={"output": short})
+        base = base.model_copy(update={"output": []})
         return [
+            base_short,
             base,
             base.model_copy(
                 update={
@@ -233,7 +247,10 @@ def _unparseable(text: object) -> AgentResult:
 
 
 def _dump(result: AgentResult) -> str:
-    return json.dumps(result.to_wire(), separators=(",", ":"), ensure_ascii=False)
+    wire = result.to_wire()
+    if not wire.get("output"):
+        wire.pop("output", None)  # optional: the minimal result must fit in 256 bytes
+    return json.dumps(wire, separators=(",", ":"), ensure_ascii=False)
 
 
 def _size(text: str) -> int:

@@ -69,6 +69,12 @@ Where we differ from NodeWright (docs/architecture.md, "Where we differ from Nod
   for the lot); packages still on their way to the interrupt are waited for.
 - A disabled CR still observes its pods in flight, as a paused one does: results and failures
   are recorded, nothing new starts (NodeWright skips a disabled CR's nodes entirely).
+- A failed package pod is kept for its log (``NodeInput.failed_pod_ttl``, from when it ended)
+  unless a newer attempt of its package succeeded; it is never taken for a live attempt, and a
+  new attempt that reuses its name deletes it first. Succeeded pods are deleted at once.
+- ``rerun`` on an entry (``nwb rerun``): a complete entry opens a fresh cycle of the whole role
+  (cordon and drain first when the package has an interrupt), an erroring one is re-attempted;
+  both only once the rollout picks the node.
 """
 
 from __future__ import annotations
@@ -116,6 +122,11 @@ KEY_DIGEST_CHARS = 10
 RESOURCE_ID_CHARS = 24
 # The changed-key name of a secretVars reference change (a configInterrupts glob may match it).
 SECRET_VARS_KEY = "secretVars"
+# A failed package pod stays this long after it ended, so ``kubectl logs`` / ``nwb logs`` can read
+# it (a controller setting, ``--failed-pod-ttl``).
+DEFAULT_FAILED_POD_TTL = timedelta(hours=24)
+# Look again this soon while an earlier attempt's pod is being deleted to make way for a new one.
+KEPT_POD_RECHECK = timedelta(seconds=2)
 
 PRE_INTERRUPT = cycles.PRE_INTERRUPT
 INTERRUPT_STAGES = cycles.INTERRUPT_STAGES
@@ -163,6 +174,7 @@ class PodObservation:
     result: AgentResult | None = None
     waiting_reason: str = ""  # e.g. ImagePullBackOff, for the timeout message
     deleting: bool = False
+    finished: datetime | None = None  # when its container ended (a kept failed pod's TTL)
 
     @property
     def live(self) -> bool:
@@ -221,6 +233,9 @@ class NodeInput:
     new_slot: bool = False
     # Back-off of re-attempts after an outside cause (a controller setting).
     outside_retry: OutsideRetry = DEFAULT_OUTSIDE_RETRY
+    # How long a failed package pod is kept after it ended, for its log (a controller setting;
+    # zero deletes it at once).
+    failed_pod_ttl: timedelta = DEFAULT_FAILED_POD_TTL
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +250,9 @@ class NodeFailure:
     message: str
     time: datetime
     final: bool  # attempts exhausted or not retryable: the entry is now erroring
+    attempt: int = 0  # the attempt that failed (0: unknown)
+    pod: str = ""  # the pod that reported it (empty: an expired wait, a missing pod)
+    output: tuple[str, ...] = ()  # last lines of that pod's log (``AgentResult.output``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,6 +479,7 @@ def _converged(work: _Work, name: str, pkg: Package) -> bool:
         return entry is None
     return (
         entry is not None
+        and not entry.rerun
         and _is_terminal(pkg, entry)
         and entry.config_hash == _hash(work, name, pkg)
         and not _content_changed(entry, pkg)
@@ -518,6 +537,8 @@ def _pod_matches(entry: PackageState | None, pod: PodObservation) -> bool:
 
 def _observe_pods(work: _Work) -> None:
     inp = work.inp
+    failed: list[PodObservation] = []  # failed package pods, recorded: kept for their log
+    succeeded: set[str] = set()  # keys whose pod succeeded in this pass
     for pod in sorted(inp.pods, key=lambda p: p.name):
         key = package_key(pod.package, pod.version)
         entry = work.state.get(key)
@@ -526,6 +547,9 @@ def _observe_pods(work: _Work) -> None:
                 work.live_keys.add(key)
             continue
         if not _pod_matches(entry, pod):
+            if _failed_package_pod(pod):
+                failed.append(pod)
+                continue
             reason = "finished and recorded" if not pod.live else "no longer wanted"
             work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason=reason))
             continue
@@ -540,13 +564,14 @@ def _observe_pods(work: _Work) -> None:
         if pod.phase is PodPhase.SUCCEEDED and failure is None:
             _advance(work, key, _note_requests(work, key, entry, pod), pod)
             work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="succeeded"))
+            succeeded.add(key)
         elif pod.phase is PodPhase.FAILED or pod.phase is PodPhase.SUCCEEDED:
             stage = failure.stage if failure is not None else entry.stage.value
             task = failure.task if failure is not None else ""
             message = failure.message if failure is not None else _pod_failure_text(pod)
             _note_requests(work, key, entry, pod)
-            _fail_attempt(work, key, stage, task, message, by_package=failure is not None)
-            work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="failed"))
+            _fail_attempt(work, key, stage, task, message, by_package=failure is not None, pod=pod)
+            failed.append(pod)
         elif inp.now >= started + timeout:
             why = f" ({pod.waiting_reason})" if pod.waiting_reason else ""
             message = f"pod did not finish within {_fmt_duration(timeout)}{why}"
@@ -557,6 +582,69 @@ def _observe_pods(work: _Work) -> None:
         else:
             work.live_keys.add(key)
             _wake(work, started + timeout)
+    for pod in failed:
+        _keep_or_delete_failed(work, pod, succeeded)
+
+
+def _failed_package_pod(pod: PodObservation) -> bool:
+    """A package pod (not an interrupt pod) that ended with a failure: its log is worth keeping."""
+    if pod.interrupt or pod.live:
+        return False
+    failure = pod.result.failure if pod.result is not None else None
+    return pod.phase is PodPhase.FAILED or (pod.phase is PodPhase.SUCCEEDED and failure is not None)
+
+
+def _keep_or_delete_failed(work: _Work, pod: PodObservation, succeeded: set[str]) -> None:
+    """The failed-pod TTL rule: a failed package pod whose failure is recorded stays until
+    ``finished + failed_pod_ttl``, or until a newer attempt of its package succeeds (a pod in
+    this pass, or the entry is complete or gone). It never counts as an attempt (``_pod_matches``
+    is false once the failure is recorded) and never blocks one: a new attempt that would reuse
+    its name deletes it first (``_kept_in_the_way``)."""
+    inp = work.inp
+    key = package_key(pod.package, pod.version)
+    entry = work.state.get(key)
+    ttl = inp.failed_pod_ttl
+    reason = ""
+    if ttl <= timedelta(0) or pod.finished is None:
+        reason = "failed"
+    elif entry is None:
+        reason = "failed; the node no longer records its package"
+    elif key in succeeded or entry.state is StageState.COMPLETE:
+        reason = "failed; a newer attempt succeeded"
+    elif inp.now >= pod.finished + ttl:
+        reason = f"failed; kept {_fmt_duration(ttl)} for its log"
+    if reason:
+        work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason=reason))
+    else:
+        assert pod.finished is not None
+        _wake(work, pod.finished + ttl)
+
+
+def _kept_in_the_way(work: _Work, name: str, pkg: Package, stage: Stage, attempt: int) -> bool:
+    """A finished pod with the name the next attempt's pod gets (names are deterministic: a
+    kept failed pod, or a succeeded one being deleted) is deleted first; creating over it would
+    find the old pod and take its outcome for the new attempt's."""
+    first = chain(stage)[0]
+    in_the_way = False
+    for pod in work.inp.pods:
+        if (
+            pod.package != name
+            or pod.version != pkg.version
+            or pod.interrupt
+            or pod.live
+            or pod.attempt != attempt
+            or pod.stages[:1] != (first,)
+        ):
+            continue
+        in_the_way = True
+        if not pod.deleting and not any(
+            isinstance(a, DeletePod) and a.name == pod.name for a in work.actions
+        ):
+            reason = "replaced by a new attempt"
+            work.actions.append(DeletePod(name=pod.name, node=work.inp.node.name, reason=reason))
+    if in_the_way:
+        work.notes.append(f"{name} waits for the earlier attempt's pod to be deleted")
+    return in_the_way
 
 
 def _fmt_duration(delta: timedelta) -> str:
@@ -673,6 +761,7 @@ def _fail_attempt(
     *,
     cause: Cause | None = None,
     by_package: bool = False,
+    pod: PodObservation | None = None,
 ) -> None:
     """Record a failed attempt: retry after back-off, or ``erroring`` once attempts run out.
 
@@ -700,7 +789,7 @@ def _fail_attempt(
         retry = work.now + backoff(entry.attempts)
         work.put(key, entry, stage=failed_stage, retry_at=rfc3339(retry), message=text)
         _wake(work, retry)
-    _record_failure(work, key, stage, task, text, final=final)
+    _record_failure(work, key, stage, task, text, final=final, attempt=entry.attempts, pod=pod)
 
 
 def _outside_cause(work: _Work, key: str) -> Cause | None:
@@ -745,12 +834,34 @@ def _reattempt_text(cause: Cause, at: datetime) -> str:
 
 
 def _record_failure(
-    work: _Work, key: str, stage: str, task: str, message: str, *, final: bool
+    work: _Work,
+    key: str,
+    stage: str,
+    task: str,
+    message: str,
+    *,
+    final: bool,
+    attempt: int = 0,
+    pod: PodObservation | None = None,
 ) -> None:
     name, _, version = key.partition("|")
     node = work.inp.node.name
+    result = pod.result if pod is not None else None
+    output = tuple(result.output) if result is not None else ()
     work.failures.append(
-        NodeFailure(node, name, version, stage, task, message, work.now, final=final)
+        NodeFailure(
+            node,
+            name,
+            version,
+            stage,
+            task,
+            message,
+            work.now,
+            final=final,
+            attempt=attempt,
+            pod=pod.name if pod is not None else "",
+            output=output,
+        )
     )
     what = f"{name} {version} {stage}" + (f" task {task!r}" if task else "")
     tail = "giving up" if final else "will retry"
@@ -1272,6 +1383,8 @@ def _drive_packages(work: _Work) -> None:
 
 def _restart_due(work: _Work, name: str, pkg: Package, entry: PackageState) -> Due | None:
     """Why the erroring ``entry`` deserves another attempt now, or None (``lifecycle.recovery``)."""
+    if entry.rerun:
+        return Due.REQUESTED
     if entry.spec:
         if entry.spec != _fingerprint(work, name, pkg):
             return Due.SPEC
@@ -1339,7 +1452,8 @@ def _restart(
     now = rfc3339(inp.now)
     # A new spec starts a new back-off; an outside re-attempt doubles it.
     outside = due in (Due.CLEARED, Due.BACKOFF)
-    reattempts = 0 if due is Due.SPEC else entry.reattempts + (1 if outside else 0)
+    fresh = due in (Due.SPEC, Due.REQUESTED)
+    reattempts = 0 if fresh else entry.reattempts + (1 if outside else 0)
     fields: dict[str, object] = {
         "state": StageState.IN_PROGRESS,
         "attempts": 0,
@@ -1350,6 +1464,7 @@ def _restart(
         "cause": "",
         "reattempt_at": "",
         "reattempts": reattempts,
+        "rerun": False,
     }
     if entry.stage in INTERRUPT_STAGES:
         # The interrupt runs again after the node is prepared (the retry path of a running
@@ -1374,6 +1489,8 @@ def _announce_restart(work: _Work, key: str, entry: PackageState, due: Due) -> N
     cause = recovery.cause_of(entry.cause)
     if due is Due.SPEC:
         reason, why = "RetryingAfterSpecChange", "the package's spec changed"
+    elif due is Due.REQUESTED:
+        reason, why = "RerunRequested", "a rerun was asked for"
     elif cause is not None and due in (Due.CLEARED, Due.BACKOFF):
         reason, why = "RetryingAfterOutsideCause", f"{cause.value} ({due.value})"
     else:
@@ -1428,6 +1545,7 @@ def _start(work: _Work, name: str, pkg: Package, key: str, *, may_start: bool, k
         "cause": "",
         "reattempt_at": "",
         "reattempts": 0,
+        "rerun": False,
     }
     known = inp.declared.get(key)
     if known is not None and (entry is None or entry.declared is None):
@@ -1448,7 +1566,7 @@ def _start(work: _Work, name: str, pkg: Package, key: str, *, may_start: bool, k
     elif kind == "uninstall":
         assert entry is not None
         entry = work.put(key, entry, stage=Stage.UNINSTALL, changed_keys=[], **base)
-    else:  # reapply: new image content at the same version, the whole role again
+    else:  # reapply: new image content at the same version, or a rerun: the whole role again
         assert kind == "reapply" and entry is not None
         entry = work.put(key, entry, stage=Stage.APPLY, changed_keys=[], **base)
     work.started_new = True
@@ -1460,7 +1578,7 @@ def _after_complete(
 ) -> None:
     if _is_terminal(pkg, entry):
         wanted = content_id(pkg)
-        if _content_changed(entry, pkg):
+        if entry.rerun or _content_changed(entry, pkg):
             _start(work, name, pkg, key, may_start=may_start, kind="reapply")
         elif entry.content not in ("", wanted) and entry.config_hash == _hash(work, name, pkg):
             # Pinning (or unpinning) the digest of what runs is not a change of content: it
@@ -1519,6 +1637,9 @@ def _continue(work: _Work, name: str, pkg: Package, key: str, entry: PackageStat
         work.notes.append(f"{name} {ordered}")
         return
     attempt = entry.attempts if entry.attempts and retry_at is None else entry.attempts + 1
+    if attempt != entry.attempts and _kept_in_the_way(work, name, pkg, entry.stage, attempt):
+        _wake(work, inp.now + KEPT_POD_RECHECK)
+        return
     hash_ = _hash(work, name, pkg)
     digests = _digests(work, name, pkg)
     changed = entry.changed_keys

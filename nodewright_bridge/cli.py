@@ -13,7 +13,8 @@ import click
 
 from nodewright_bridge import __version__
 
-# name -> (module under nodewright_bridge.commands, one-line help). The module exposes ``command``.
+# name -> (module under nodewright_bridge.commands, one-line help). The module exposes ``command``
+# (or the attribute after ``:``).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "crds": ("crds", "Print the CustomResourceDefinitions generated from the API models."),
     "plan": ("plan", "Show which nodes go in which batch, before anything is applied."),
@@ -23,6 +24,18 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "import": ("importing", "Turn existing playbooks into NodeWright CRs and policies."),
     "controller": ("controller", "Run the controller."),
     "demo": ("demo", "Run the end-to-end demo on the sandbox."),
+    # Day-2 operations ("module:attribute" when a module holds several commands).
+    "pause": ("switches:pause", "Pause a rollout: nothing new starts."),
+    "resume": ("switches:resume", "Resume a paused rollout."),
+    "disable": ("switches:disable", "Disable a NodeWright (later CRs stop waiting for it)."),
+    "enable": ("switches:enable", "Enable a disabled NodeWright."),
+    "resume-compartment": ("switches:resume_compartment", "Resume a Stalled compartment."),
+    "rerun": ("node_ops:rerun", "Run a package again on a node, through the rollout."),
+    "reset": ("node_ops:reset", "Forget a NodeWright's state on nodes (human cordons stay)."),
+    "ignore": ("node_ops:ignore", "Keep rollouts off a node."),
+    "unignore": ("node_ops:unignore", "Let rollouts pick a node again."),
+    "logs": ("logs", "What a package printed on a node, also after a failure."),
+    "nodes": ("nodes", "Per-node state across NodeWrights."),
 }
 
 
@@ -40,13 +53,14 @@ class LazyGroup(click.Group):
         entry = SUBCOMMANDS.get(name)
         if entry is None:
             return None
+        module_name, _, attribute = entry[0].partition(":")
         try:
-            module = importlib.import_module(f"nodewright_bridge.commands.{entry[0]}")
+            module = importlib.import_module(f"nodewright_bridge.commands.{module_name}")
         except ModuleNotFoundError as exc:
-            if exc.name == f"nodewright_bridge.commands.{entry[0]}":
+            if exc.name == f"nodewright_bridge.commands.{module_name}":
                 return None  # not built yet in this checkout
             raise
-        command: click.Command = module.command
+        command: click.Command = getattr(module, attribute or "command")
         return command
 
 

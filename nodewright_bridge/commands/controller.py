@@ -6,7 +6,8 @@ command around another reconciler factory (the runtime's own tests run one that 
 ``configure`` adds the NodeWright reconciler's settings (``--outside-retry``,
 ``--outside-retry-max``: the back-off of re-attempts after a failure outside the package, see
 ``lifecycle.recovery``; ``--image-pull-deadline``: how long a validation pod may fail to
-pull a package image) and builds the factory from them.
+pull a package image; ``--failed-pod-ttl``: how long a failed package pod is kept for its log)
+and builds the factory from them.
 
 SIGTERM and SIGINT stop gracefully: the queue stops handing out keys, the current reconciles
 finish, the Lease is released so a standby takes over at once.
@@ -110,6 +111,16 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedel
     return parsed
 
 
+def _ttl(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
+    """A Go duration, zero allowed."""
+    if value.strip() == "0":
+        return timedelta(0)
+    try:
+        return durations.parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
 def _recovery_options(command: Callable[..., None]) -> Callable[..., None]:
     """The NodeWright reconciler's settings (defaults: ``recovery.OutsideRetry``)."""
     for option in (
@@ -137,6 +148,15 @@ def _recovery_options(command: Callable[..., None]) -> Callable[..., None]:
             help="How long a validation pod may fail to pull a package image before the spec is "
             "reported ImageNotFound (at most the package's timeouts.stage).",
         ),
+        click.option(
+            "--failed-pod-ttl",
+            callback=_ttl,
+            default="24h",
+            show_default=True,
+            help="Keep a failed package pod this long after it ended, for `kubectl logs` / "
+            "`nwb logs` (0: delete it at once; its last lines are kept in the node's "
+            "nwb-logs ConfigMap either way). Succeeded pods are deleted at once.",
+        ),
     ):
         command = option(command)
     return command
@@ -148,7 +168,8 @@ def make_command(
     configure: Callable[[ReconcilerSettings], ReconcilerFactory] | None = None,
 ) -> click.Command:
     """``nwb controller`` around ``factory`` (``build_reconciler(context) -> Reconciler``); with
-    ``configure``, the recovery options too, and the factory ``configure(settings)`` returns."""
+    ``configure``, the recovery options too, and the factory
+    ``configure(settings, failed_pod_ttl=...)`` returns."""
 
     def start(**options: Any) -> None:
         chosen = factory
@@ -160,10 +181,12 @@ def make_command(
                     "must be at least --outside-retry", param_hint="--outside-retry-max"
                 )
             pull = options.pop("image_pull_deadline")
+            ttl = options.pop("failed_pod_ttl")
             chosen = configure(
                 ReconcilerSettings(
                     outside_retry=recovery.OutsideRetry(base=base, cap=cap),
                     validation=ValidationSettings(pull_deadline=pull),
+                    failed_pod_ttl=ttl,
                 )
             )
         run(chosen, **options)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from lifecycle import (
     actions,
@@ -62,10 +62,12 @@ class NodePlanner:
         stores: snapshot.Stores,
         settled: SettledNodes,
         outside_retry: recovery.OutsideRetry = recovery.DEFAULT_OUTSIDE_RETRY,
+        failed_pod_ttl: timedelta = stages.DEFAULT_FAILED_POD_TTL,
     ) -> None:
         self._stores = stores
         self.settled = settled
         self._outside_retry = outside_retry
+        self._failed_pod_ttl = failed_pod_ttl
         self._declared: dict[str, dict[str, Interrupt]] = {}
         self._secret_data: dict[str, dict[str, str]] = {}
 
@@ -115,6 +117,7 @@ class NodePlanner:
                 secret_data=self._secret_data.get(name, {}),
                 new_slot=new_slot,
                 outside_retry=self._outside_retry,
+                failed_pod_ttl=self._failed_pod_ttl,
             )
         )
         self._learn(name, node_plan.state)

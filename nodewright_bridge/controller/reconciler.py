@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from lifecycle import actions, aggregation, recovery, releasing, rollout
+from lifecycle import actions, aggregation, recovery, releasing, rollout, stages
 from lifecycle.nodestate import RESET_COMPARTMENT_ANNOTATION, status_key
 from lifecycle.spec import DeploymentPolicy, NodeWright
 from lifecycle.status import NodeWrightStatus, Status
@@ -52,6 +52,7 @@ from nodewright_bridge.controller import (
     validating,
 )
 from nodewright_bridge.controller.executor import Executor
+from nodewright_bridge.controller.failure_logs import FailureLogs
 from nodewright_bridge.controller.node_writes import NodeWork, Outcome
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.controller.settled import SettledNodes
@@ -106,6 +107,7 @@ class NodeWrightReconciler:
         foreground: Foreground | None = None,
         outside_retry: recovery.OutsideRetry = recovery.DEFAULT_OUTSIDE_RETRY,
         validation: validating.ValidationSettings | None = None,
+        failed_pod_ttl: timedelta = stages.DEFAULT_FAILED_POD_TTL,
     ) -> None:
         self._rest = rest
         self._validation = validation or validating.ValidationSettings()
@@ -121,7 +123,10 @@ class NodeWrightReconciler:
         # starts before the cache has caught up must build on it, not on an older status
         # (recentFailures and batch states would otherwise be lost).
         self._statuses: dict[str, tuple[int, NodeWrightStatus]] = {}
-        self._planner = planning.NodePlanner(stores, SettledNodes(), outside_retry)
+        self._planner = planning.NodePlanner(
+            stores, SettledNodes(), outside_retry, failed_pod_ttl=failed_pod_ttl
+        )
+        self._failure_logs = FailureLogs(rest, namespace)
         self.executor = Executor(
             rest=rest,
             writer=writer,
@@ -244,6 +249,8 @@ class NodeWrightReconciler:
             )
         passed = planning.plan_pass(seen, self._planner, written, checking)
         outcome, results, planned = self._apply(seen, passed)
+        if results.failures:
+            self._keep_failure_logs(name, results.failures)
         results.status.update(observing.node_statuses(seen, written.get))
         if passed.validation.requeue_at is not None:
             results.wakeups.append(passed.validation.requeue_at)
@@ -260,6 +267,15 @@ class NodeWrightReconciler:
             },
         )
         return Result(requeue_after=_requeue(now, results.wakeups, outcome, status))
+
+    def _keep_failure_logs(self, cr: str, failures: Sequence[stages.NodeFailure]) -> None:
+        """The failures' log tails, kept in the nodes' ConfigMaps (``failure_logs``)."""
+        uids = {}
+        for failure in failures:
+            node = self._stores.nodes.get(failure.node)
+            if node is not None:
+                uids[failure.node] = str(snapshot.meta_of(node).get("uid", ""))
+        self._failure_logs.keep(cr, failures, uids)
 
     def _apply(
         self, seen: observing.Observation, passed: planning.PassPlan

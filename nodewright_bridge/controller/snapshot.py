@@ -282,8 +282,10 @@ def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
     state = _container_state(pod)
     result = None
     waiting = ""
+    finished = None
     terminated = state.get("terminated")
     if terminated:
+        finished = parse_time(terminated.get("finishedAt"))
         message = terminated.get("message") or ""
         if message:
             result = results.parse_termination_message(message)
@@ -309,6 +311,7 @@ def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
         result=result,
         waiting_reason=waiting,
         deleting=bool(meta.get("deletionTimestamp")),
+        finished=finished,
     )
 
 

@@ -1,16 +1,17 @@
 """The reconciler ``nwb controller`` runs: ``build_reconciler(context)`` wires the NodeWright
 reconciler to the runtime's informers, writer, Events, metrics and clock; ``reconciler_factory``
 does the same with the controller's settings (``ReconcilerSettings``: the back-off of
-re-attempts after an outside cause, ``--outside-retry``/``--outside-retry-max``, and the
-validation step's ``--image-pull-deadline``).
+re-attempts after an outside cause, ``--outside-retry``/``--outside-retry-max``, the
+validation step's ``--image-pull-deadline`` and ``--failed-pod-ttl``).
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from datetime import timedelta
 
-from lifecycle import recovery
+from lifecycle import recovery, stages
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.controller.reconciler import NodeWrightReconciler
 from nodewright_bridge.controller.snapshot import Stores
@@ -25,6 +26,7 @@ class ReconcilerSettings:
 
     outside_retry: recovery.OutsideRetry = recovery.DEFAULT_OUTSIDE_RETRY
     validation: ValidationSettings = field(default_factory=ValidationSettings)
+    failed_pod_ttl: timedelta = stages.DEFAULT_FAILED_POD_TTL
 
 
 def build_reconciler(
@@ -54,6 +56,7 @@ def build_reconciler(
         foreground=context.foreground,
         outside_retry=chosen.outside_retry,
         validation=chosen.validation,
+        failed_pod_ttl=chosen.failed_pod_ttl,
     )
 
 

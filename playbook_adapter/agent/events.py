@@ -19,6 +19,7 @@ Stages are recognised by the marker play ``nodewright:<stage>`` that starts each
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import sys
@@ -38,6 +39,9 @@ REDACTED = "********"
 # Shorter strings ("yes", "80") would redact innocent text everywhere; no secret is that short.
 MIN_REDACT_CHARS = 4
 MAX_LINE_MESSAGE = 300
+# The stdout lines the result carries back (``AgentResult.output``) for ``nwb logs`` after the pod
+# is gone: the failing task's line is the last, the ones before show how the run got there.
+OUTPUT_TAIL_LINES = 20
 # Our own include of the role's task file is plumbing, not a task of the role.
 PLUMBING_ACTIONS = {"ansible.builtin.include_role", "include_role"}
 RESULT_EVENTS = {
@@ -79,6 +83,9 @@ class EventCollector:
     _secrets: list[str] = field(default_factory=list)
     _log: IO[str] | None = None
     log_files: list[Path] = field(default_factory=list)
+    recent: collections.deque[str] = field(
+        default_factory=lambda: collections.deque(maxlen=OUTPUT_TAIL_LINES)
+    )
 
     def __post_init__(self) -> None:
         # Longest first, so a secret containing another is replaced whole.
@@ -229,6 +236,12 @@ class EventCollector:
             if len(flat) > MAX_LINE_MESSAGE:
                 flat = flat[: MAX_LINE_MESSAGE - 1] + "…"
             line += f": {flat}"
+        self.say(line)
+
+    def say(self, line: str) -> None:
+        """Print one human log line (redacted) and remember it for the result's output tail."""
+        line = self.redact(line)
+        self.recent.append(line)
         print(line, file=self.out, flush=True)
 
 

@@ -270,9 +270,8 @@ def _run_checked(  # noqa: PLR0917 - private, called once with everything valida
         stage = collector.current or str(prepared.stages[0] if prepared.stages else stages[0])
         message = collector.redact(tail) or f"ansible-playbook ended {status} (rc={rc})"
         failure = Failure(stage=stage, action="ansible-playbook", message=message)
-        print(
-            f"failed    {stage}  ansible-playbook: {message.splitlines()[-1] if message else ''}",
-            file=out,
+        collector.say(
+            f"failed    {stage}  ansible-playbook: {message.splitlines()[-1] if message else ''}"
         )
     reasons = list(collector.reasons)
     reboot = collector.reboot_requested
@@ -289,6 +288,7 @@ def _run_checked(  # noqa: PLR0917 - private, called once with everything valida
         pending_handlers=collector.pending_handlers,
         declared_interrupt=manifest.interrupt,
         request_reasons=reasons,
+        output=list(collector.recent) if fatal else [],
     )
     return RunOutcome(EXIT_FAILED if fatal else EXIT_OK, result)
 

@@ -198,8 +198,8 @@ def test_the_controller_command_is_built_around_the_reconciler_factory_it_is_giv
 def test_the_outside_retry_settings_are_checked_and_reach_the_reconciler_factory() -> None:
     settings: list[object] = []
 
-    def configure(outside: object) -> object:
-        settings.append(outside)
+    def configure(chosen: object) -> object:
+        settings.append(chosen)
         raise SystemExit(0)  # stop before anything starts
 
     command = controller.make_command(build_reconciler, configure=configure)  # type: ignore[arg-type]
@@ -216,8 +216,11 @@ def test_the_outside_retry_settings_are_checked_and_reach_the_reconciler_factory
         ReconcilerSettings(
             outside_retry=OutsideRetry(base=timedelta(seconds=30), cap=timedelta(minutes=10)),
             validation=ValidationSettings(pull_deadline=timedelta(seconds=90)),
+            failed_pod_ttl=timedelta(hours=24),
         )
     ]
+    CliRunner().invoke(command, ["--failed-pod-ttl", "0"])
+    assert settings[-1].failed_pod_ttl == timedelta(0)  # type: ignore[attr-defined]
     assert "--outside-retry" in CliRunner().invoke(controller.command, ["--help"]).output
     assert (
         "--outside-retry"

@@ -69,6 +69,8 @@ class World:
     # The rollout picked the node into a new batch (for the next plan only: see ``step``).
     new_slot: bool = False
     outside_retry: OutsideRetry = DEFAULT_OUTSIDE_RETRY
+    # Failed pods are deleted at once unless a test keeps them (the controller's default is 24h).
+    failed_pod_ttl: timedelta = timedelta(0)
 
     def input(self) -> NodeInput:
         return NodeInput(
@@ -85,6 +87,7 @@ class World:
             secret_data=self.secret_data,
             new_slot=self.new_slot,
             outside_retry=self.outside_retry,
+            failed_pod_ttl=self.failed_pod_ttl,
         )
 
     def plan(self) -> NodePlan:
@@ -162,7 +165,9 @@ class World:
                             "declared_interrupt": asked.declared_interrupt,
                         }
                     )
-                self.pods[name] = replace(pod, phase=PodPhase.FAILED, result=result)
+                self.pods[name] = replace(
+                    pod, phase=PodPhase.FAILED, result=result, finished=self.now
+                )
             elif pod.interrupt and self.interrupt_kinds.get(name) == "reboot" and reboot:
                 self.reboot()
                 del self.pods[name]  # killed by the reboot

@@ -86,6 +86,19 @@ def test_secrets_never_reach_stdout_or_the_event_log(tmp_path: Path) -> None:
     assert "no" in written, "too-short values are not redacted"
     assert c.failure is not None and "w0rd" not in c.failure.message
     assert all(json.loads(line) for line in written.splitlines())
+    assert c.recent and all("w0rd" not in line for line in c.recent)  # the output tail too
+
+
+def test_the_output_tail_keeps_the_last_lines_ending_with_the_failure(tmp_path: Path) -> None:
+    c = collector(tmp_path, ["apply"])
+    c.handle(play("apply"))
+    for i in range(30):
+        c.handle(result("ok", f"step {i}"))
+    c.handle(result("failed", "install", res={"msg": "no pkg"}))
+    c.close()
+    assert len(c.recent) == 20
+    assert c.recent[-1].startswith("failed") and "install: no pkg" in c.recent[-1]
+    assert "step 29" in c.recent[-2] and not any("step 10" in line for line in c.recent)
 
 
 def test_a_failure_message_is_a_failed_loop_items_own_else_msg_then_stderr_then_rc() -> None:
