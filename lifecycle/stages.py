@@ -163,6 +163,7 @@ class PodObservation:
     result: AgentResult | None = None
     waiting_reason: str = ""  # e.g. ImagePullBackOff, for the timeout message
     deleting: bool = False
+    created: datetime | None = None  # the pull deadline counts from here
 
     @property
     def live(self) -> bool:
@@ -537,6 +538,7 @@ def _observe_pods(work: _Work) -> None:
         timeout = _stage_timeout(spec[1]) if spec else timedelta(minutes=30)
         started = parse_time(entry.started) or inp.now
         failure = pod.result.failure if pod.result is not None else None
+        pull_at = _pull_deadline(work, pod, started)
         if pod.phase is PodPhase.SUCCEEDED and failure is None:
             _advance(work, key, _note_requests(work, key, entry, pod), pod)
             work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="succeeded"))
@@ -547,6 +549,9 @@ def _observe_pods(work: _Work) -> None:
             _note_requests(work, key, entry, pod)
             _fail_attempt(work, key, stage, task, message, by_package=failure is not None)
             work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="failed"))
+        elif pull_at is not None and inp.now >= pull_at:
+            _pull_failed(work, key, pod)
+            work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="image pull"))
         elif inp.now >= started + timeout:
             why = f" ({pod.waiting_reason})" if pod.waiting_reason else ""
             message = f"pod did not finish within {_fmt_duration(timeout)}{why}"
@@ -556,7 +561,27 @@ def _observe_pods(work: _Work) -> None:
             work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="deadline"))
         else:
             work.live_keys.add(key)
-            _wake(work, started + timeout)
+            _wake(work, min(started + timeout, pull_at or started + timeout))
+
+
+def _pull_deadline(work: _Work, pod: PodObservation, started: datetime) -> datetime | None:
+    """When a package pod that cannot get its image (``recovery.START_FAILURES``) makes its
+    entry erroring: the pull deadline after the pod was created; None if it is not stuck so."""
+    if pod.waiting_reason not in recovery.START_FAILURES:
+        return None
+    return max(started, pod.created or started) + work.inp.outside_retry.pull_deadline
+
+
+def _pull_failed(work: _Work, key: str, pod: PodObservation) -> None:
+    """Past the pull deadline: erroring at once with cause ``image-pull`` (re-attempted on the
+    outside back-off or a spec change), not only at ``timeouts.stage``."""
+    spec = _spec_package(work, key)
+    image = f" for image {spec[1].image}" if spec is not None else ""
+    limit = _fmt_duration(work.inp.outside_retry.pull_deadline)
+    text = f"{pod.waiting_reason}{image}: the pod could not start within {limit}"
+    entry = work.state[key]
+    text = _give_up(work, key, entry, _truncate(text), Cause.IMAGE_PULL)
+    _record_failure(work, key, entry.stage.value, "", text, final=True)
 
 
 def _fmt_duration(delta: timedelta) -> str:

@@ -28,7 +28,15 @@ from lifecycle import durations, recovery
 from nodewright_bridge.clock import SystemClock
 from nodewright_bridge.commands.common import kube_options
 from nodewright_bridge.controller.wiring import build_reconciler, reconciler_factory
-from nodewright_bridge.errors import ConfigurationError
+from nodewright_bridge.errors import (
+    AlreadyExistsError,
+    ApiError,
+    ConfigurationError,
+    ForbiddenError,
+    NotFoundError,
+    UnauthorizedError,
+)
+from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.client import ClientSettings, build_api_client
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.metrics import Metrics
@@ -87,6 +95,12 @@ def _options(command: Callable[..., None]) -> Callable[..., None]:
             show_default=True,
             help="Controller namespace: node pods and the leader Lease live here.",
         ),
+        click.option(
+            "--create-namespace",
+            is_flag=True,
+            help="Create the controller namespace if it does not exist (else the controller "
+            "exits with one line saying so).",
+        ),
         kube_options(),
     ):
         command = option(command)
@@ -123,6 +137,15 @@ def _recovery_options(command: Callable[..., None]) -> Callable[..., None]:
             show_default=True,
             help="Longest back-off between such re-attempts.",
         ),
+        click.option(
+            "--pull-deadline",
+            callback=_duration,
+            default="2m",
+            show_default=True,
+            help="How long a package pod may fail to pull its image (ErrImagePull, "
+            "ImagePullBackOff, InvalidImageName, CreateContainerConfigError) before the node is "
+            "erroring with cause image-pull.",
+        ),
     ):
         command = option(command)
     return command
@@ -145,7 +168,8 @@ def make_command(
                 raise click.BadParameter(
                     "must be at least --outside-retry", param_hint="--outside-retry-max"
                 )
-            chosen = configure(recovery.OutsideRetry(base=base, cap=cap))
+            pull = options.pop("pull_deadline")
+            chosen = configure(recovery.OutsideRetry(base=base, cap=cap, pull_deadline=pull))
         run(chosen, **options)
 
     start.__doc__ = """Run the controller (informers, work queue, leader election, /metrics,
@@ -160,6 +184,7 @@ def run(
     kubeconfig: str | None,
     kube_context: str | None,
     namespace: str,
+    create_namespace: bool = False,
     metrics_addr: str,
     leader_elect: bool,
     log_format: str,
@@ -180,6 +205,11 @@ def run(
     except ConfigurationError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    rest = Rest(api_client)
+    problem = ensure_namespace(rest, namespace, create=create_namespace)
+    if problem:
+        click.echo(f"error: {problem}", err=True)
+        sys.exit(2)
     identity = default_identity(os.environ.get("POD_NAME"))
     settings = ManagerSettings(
         identity=identity,
@@ -188,7 +218,7 @@ def run(
         leader_elect=leader_elect,
         workers=workers,
     )
-    manager = Manager(Rest(api_client), factory, settings, clock=SystemClock(), metrics=metrics)
+    manager = Manager(rest, factory, settings, clock=SystemClock(), metrics=metrics)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         logger.info("signal received, stopping", extra={"signal": signal.Signals(signum).name})
@@ -201,6 +231,38 @@ def run(
         extra={"identity": identity, "namespace": namespace, "leader_elect": leader_elect},
     )
     sys.exit(manager.run())
+
+
+def ensure_namespace(rest: Rest, namespace: str, *, create: bool) -> str:
+    """Check (or with ``create``, make) the controller namespace; the problem, or "".
+
+    Without it the controller cannot take its Lease nor start a pod, and would retry forever;
+    one clear line is better. A controller not allowed to read namespaces (least-privilege RBAC)
+    goes on: its chart created the namespace.
+    """
+    try:
+        rest.get(resources.NAMESPACES, namespace)
+        return ""
+    except NotFoundError:
+        pass
+    except (ForbiddenError, UnauthorizedError):
+        return ""
+    except ApiError as exc:
+        return f"cannot read namespace {namespace}: {exc}"
+    if not create:
+        return (
+            f"namespace {namespace} does not exist: create it (kubectl create namespace "
+            f"{namespace}), pass --create-namespace, or choose another with --namespace"
+        )
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    try:
+        rest.create(resources.NAMESPACES, body)
+    except AlreadyExistsError:
+        pass
+    except ApiError as exc:
+        return f"cannot create namespace {namespace}: {exc}"
+    logger.info("namespace created", extra={"namespace": namespace})
+    return ""
 
 
 command = make_command(build_reconciler, configure=reconciler_factory)

@@ -214,6 +214,7 @@ def pod_view(pod: Mapping[str, Any]) -> draining.PodView:
         phase=str((pod.get("status") or {}).get("phase") or "Pending"),
         deleting=bool(meta.get("deletionTimestamp")),
         uses_empty_dir=any("emptyDir" in v for v in volumes),
+        uid=str(meta.get("uid") or ""),
     )
 
 
@@ -292,6 +293,7 @@ def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
         result=result,
         waiting_reason=waiting,
         deleting=bool(meta.get("deletionTimestamp")),
+        created=parse_time(meta.get("creationTimestamp")),
     )
 
 
@@ -485,7 +487,7 @@ def snapshot_node(
     workload = [pod_view(p) for p in stores.pods.by_index(node_index, name)]
     plan = draining.plan_drain(workload, cr.spec.drain)
     relevant = pdbs.relevant(workload)
-    blocking = draining.blocking_pdbs(plan.evict, relevant)
+    blocking = draining.blocking_pdbs(plan.evict, relevant, cr.spec.drain)
     non_interrupt = 0
     selector = cr.spec.pod_non_interrupt_labels
     if selector is not None:

@@ -382,14 +382,41 @@ def test_a_pod_that_never_starts_fails_its_attempt_at_the_stage_deadline() -> No
     )
     world.step()
     (name,) = world.pods
-    world.pods[name] = replace(world.pods[name], waiting_reason="ImagePullBackOff")
+    world.pods[name] = replace(world.pods[name], waiting_reason="ContainerCreating")
     world.tick(timedelta(minutes=9))
     assert world.step().status is Status.IN_PROGRESS
     world.tick(timedelta(minutes=1))
     plan = world.step()
     assert plan.status is Status.ERRORING
     assert of(plan.actions, act.DeletePod)[0].name == name
-    assert "ImagePullBackOff" in world.state["slow|1.0.0"].message
+    assert "ContainerCreating" in world.state["slow|1.0.0"].message
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"],
+)
+def test_a_pod_that_cannot_pull_its_image_makes_the_node_erroring_at_the_pull_deadline(
+    reason: str,
+) -> None:
+    pkg = {"version": "1.0.0", "image": "repo/ghost", "timeouts": {"stage": "30m"}}
+    world = World(make_cr({"ghost": pkg}))
+    world.step()
+    world.tick(timedelta(seconds=30))  # the pull deadline counts from the pod's creation
+    (name,) = world.pods
+    world.pods[name] = replace(world.pods[name], waiting_reason=reason, created=world.now)
+    world.tick(timedelta(minutes=2) - timedelta(seconds=1))
+    plan = world.step()
+    assert plan.status is Status.IN_PROGRESS
+    assert plan.requeue_at == world.now + timedelta(seconds=1)  # wakes at the pull deadline
+    world.tick(timedelta(seconds=1))
+    plan = world.step()
+    entry = world.state["ghost|1.0.0"]
+    assert plan.status is Status.ERRORING  # not retried in place, whatever maxAttempts says
+    assert (entry.state, entry.cause) == (StageState.ERRORING, "image-pull")
+    assert reason in entry.message and "repo/ghost" in entry.message and "2m" in entry.message
+    assert of(plan.actions, act.DeletePod)[0].name == name
+    assert plan.failures[0].final
 
 
 def test_a_drain_that_does_not_finish_by_its_deadline_makes_the_node_erroring() -> None:
