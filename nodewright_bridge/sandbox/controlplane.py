@@ -45,6 +45,7 @@ CONTROLLERS = (
     "disruption-controller",
     "replicaset-controller",
     "deployment-controller",
+    "daemonset-controller",  # DaemonSet pods on the nodes, as drains meet them (ignoreDaemonSets)
     "garbage-collector-controller",
     "namespace-controller",
     "job-controller",
