@@ -179,6 +179,17 @@ def blocking_pdbs(
     return [found[k] for k in sorted(found)]
 
 
+def pdb_protected(
+    to_evict: Sequence[PodView], pdbs: Sequence[PdbView], drain: Drain | None = None
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each blocking budget (``blocking_pdbs``) with the pods it keeps on the node, as
+    ``("namespace/pdb", ("namespace/pod", ...))``: the status names both."""
+    return tuple(
+        (pdb.key, tuple(sorted(p.key for p in to_evict if pdb.covers(p))))
+        for pdb in blocking_pdbs(to_evict, pdbs, drain)
+    )
+
+
 def describe_blocker(pod: PodView, disposition: PodDisposition) -> str:
     """One line an operator can act on."""
     if disposition is PodDisposition.BLOCK_UNMANAGED:

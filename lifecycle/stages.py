@@ -194,6 +194,8 @@ class NodeFacts:
     peers: tuple[peering.PeerOutlook, ...] = ()
     blocking_pdbs: tuple[str, ...] = ()
     unevictable_pods: int = 0
+    # each of ``blocking_pdbs`` with the pods it keeps here (``draining.pdb_protected``)
+    pdb_pods: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -1195,6 +1197,8 @@ def _prepare(work: _Work, keys: Sequence[str]) -> bool:
     else:
         action = Drain(node=facts.name, cr=cr, deadline=deadline, options=inp.cr.spec.drain)
         note = f"draining ({facts.pods_to_evict} pod(s) to evict)"
+        if facts.blocking_pdbs:
+            note = f"draining ({facts.pods_to_evict} pod(s) to evict; {_budgets_text(facts)})"
     # One wait or drain per node and plan, with the earliest deadline of the packages asking.
     for i, existing in enumerate(work.actions):
         if type(existing) is type(action):
@@ -1214,12 +1218,22 @@ def _unprepared(facts: NodeFacts) -> tuple[str, str, Cause]:
         return "wait", why, Cause.PROTECTED_PODS
     why = f"drain did not finish: {facts.pods_to_evict} pod(s) still to evict"
     if facts.blocking_pdbs:
-        names = ", ".join(facts.blocking_pdbs)
-        return "drain", f"{why}, blocked by PodDisruptionBudget {names}", Cause.DRAIN
+        return "drain", f"{why}, blocked by {_budgets_text(facts)}", Cause.DRAIN
     if facts.unevictable_pods:
         why = f"{why}, {facts.unevictable_pods} of them not evictable with these drain options"
         return "drain", why, Cause.DRAIN
     return "drain", why, Cause.DRAIN_EXPIRED
+
+
+def _budgets_text(facts: NodeFacts) -> str:
+    """``PodDisruptionBudget a/x (keeps pod a/p), b/y``: the budgets and the pods they keep."""
+    kept = dict(facts.pdb_pods)
+    parts = []
+    for budget in facts.blocking_pdbs:
+        pods = kept.get(budget, ())
+        shown = ", ".join(pods[:3]) + (f" and {len(pods) - 3} more" if len(pods) > 3 else "")
+        parts.append(f"{budget} (keeps pod {shown})" if pods else budget)
+    return "PodDisruptionBudget " + ", ".join(parts)
 
 
 def _previous_version(work: _Work, name: str, version: str) -> tuple[Stage, str]:

@@ -837,3 +837,25 @@ def test_walking_the_planner_with_successes_always_completes_and_keeps_the_invar
         raise AssertionError(f"never completed: {world.state}")
     assert world.node.unschedulable is human_cordon
     assert world.node.cordon is None
+
+
+def test_a_drain_a_pdb_blocks_names_the_budget_and_the_pods_it_keeps() -> None:
+    world = World(
+        make_cr({"dexter": {"version": "1.0.0", "interrupt": REBOOT}}, drain={"timeout": "5m"}),
+    )
+    world.node = replace(
+        world.node,
+        unschedulable=True,
+        pods_to_evict=1,
+        blocking_pdbs=("ml/web",),
+        pdb_pods=(("ml/web", ("ml/web-0",)),),
+    )
+    plan = world.plan()
+    assert "PodDisruptionBudget ml/web (keeps pod ml/web-0)" in plan.reason
+    world.apply(
+        replace(plan, actions=tuple(a for a in plan.actions if not isinstance(a, act.Drain)))
+    )
+    world.tick(timedelta(minutes=5))
+    world.step()
+    message = world.state["dexter|1.0.0"].message
+    assert "blocked by PodDisruptionBudget ml/web (keeps pod ml/web-0)" in message, message
