@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "import": ("importing", "Turn existing playbooks into NodeWright CRs and policies."),
     "controller": ("controller", "Run the controller."),
     "demo": ("demo", "Run the end-to-end demo on the sandbox."),
+    "try": ("try_role", "Roll your own role onto sandbox nodes, in one command."),
 }
 
 
