@@ -183,12 +183,9 @@ def run_try(
 
         written = introspection.write_manifest(role_dir, manifest)
         steps.note(f"wrote {written}")
-    stages = ", ".join(str(s) for s in manifest.stages) or "none"
-    declared = manifest.interrupt.type.value if manifest.interrupt else "none declared"
-    steps.step(
-        f"package {package} {pkg_version}: nwb package init (stages {stages}; interrupt "
-        f"{declared}) + image layout in {package_dir}"
-    )
+    declared = manifest.interrupt.type.value if manifest.interrupt else "the role decides"
+    steps.step(f"package {package} {pkg_version} (nwb package init; interrupt: {declared})")
+    steps.note(f"image layout in {package_dir}")
 
     image_map = {f"{REPOSITORY}/{package}": package_dir}
     with steps.spinner("sandbox") as say:

@@ -859,3 +859,35 @@ def test_a_drain_a_pdb_blocks_names_the_budget_and_the_pods_it_keeps() -> None:
     world.step()
     message = world.state["dexter|1.0.0"].message
     assert "blocked by PodDisruptionBudget ml/web (keeps pod ml/web-0)" in message, message
+
+
+def test_a_failing_service_interrupt_is_restarted_at_most_max_attempts_times() -> None:
+    """The restart limit of service interrupts: ``maxAttempts`` interrupt pods per cycle (with
+    back-off between them), then the node is erroring and keeps its cordon; only a fix (a spec
+    change) tries again - never an endless restart loop of the node's services."""
+    service = {"type": "service", "services": ["containerd"]}
+    world = World(make_cr({"dexter": {"version": "1.0.0", "interrupt": service, "maxAttempts": 2}}))
+    interrupt_pods = 0
+    for _ in range(40):
+        plan = world.step()
+        if plan.status is Status.ERRORING:
+            break
+        for name, pod in list(world.pods.items()):
+            if not pod.live:
+                continue
+            if pod.interrupt:
+                interrupt_pods += 1
+                world.pods[name] = replace(
+                    pod, phase=PodPhase.FAILED, result=failed_result("interrupt")
+                )
+            else:
+                world.finish_pods()
+        world.tick(timedelta(minutes=10))
+    entry = world.state["dexter|1.0.0"]
+    assert (entry.stage, entry.state) == (Stage.INTERRUPT, StageState.ERRORING)
+    assert interrupt_pods == 2
+    for _ in range(5):  # no third restart, however long we wait
+        world.tick(timedelta(hours=2))
+        world.step()
+    assert not [p for p in world.pods.values() if p.live and p.interrupt]
+    assert world.node.unschedulable  # the cordon is kept for a fix
