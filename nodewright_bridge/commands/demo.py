@@ -95,10 +95,11 @@ class Steps:
 
     def step(self, text: str) -> None:
         self.done += 1
-        self.console.print(f"[bold][{self.done}/{self.total}][/bold] {text}", highlight=False)
+        line = f"[bold][{self.done}/{self.total}][/bold] {text}"
+        self.console.print(line, highlight=False, soft_wrap=True)  # paths stay copyable
 
     def note(self, text: str) -> None:
-        self.console.print(f"      {text}", highlight=False)
+        self.console.print(f"      {text}", highlight=False, soft_wrap=True)
 
     @contextlib.contextmanager
     def spinner(self, text: str) -> Iterator[Callable[[str], None]]:

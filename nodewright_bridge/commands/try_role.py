@@ -241,10 +241,10 @@ def run_try(
         on_tick=controller_gone,
     )
     console.print(f"finished in {time.monotonic() - started:.0f}s. Logs:", highlight=False)
-    console.print(f"  controller: {record['log']}", highlight=False)
+    console.print(f"  controller: {record['log']}", highlight=False, soft_wrap=True)
     hints = log_hints(state / "sandbox", node_names, name, package, pkg_version)
     for node, where in zip(node_names, hints, strict=True):
-        console.print(f"  {node} Ansible runs (JSONL): {where}", highlight=False)
+        console.print(f"  {node} Ansible runs (JSONL): {where}", highlight=False, soft_wrap=True)
     console.print("Next:", highlight=False)
     for hint in (
         f"export KUBECONFIG={kubeconfig}",
@@ -252,7 +252,7 @@ def run_try(
         f"kubectl get node -o yaml  # bridge.nodewright.io/state-{name} per node",
         f"nwb try --down{'' if state == state_dir_default() else f' --state-dir {state}'}",
     ):
-        console.print(f"  {hint}", highlight=False)
+        console.print(f"  {hint}", highlight=False, soft_wrap=True)
     return code
 
 

@@ -24,6 +24,7 @@ from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.errors import (
     ConflictError,
     DisruptionBudgetError,
+    ForbiddenError,
     NotFoundError,
     TooManyRequestsError,
 )
@@ -39,6 +40,9 @@ EVICTION_CONCURRENCY = 8
 PDB_RETRY_SECONDS = 5.0
 # Pods still to go (evicted but terminating, or blocked): look again this soon.
 DRAIN_RECHECK_SECONDS = 2.0
+# A delete (disableEviction) the controller's RBAC refuses: reported as a drain blocker.
+FORBIDDEN = "(forbidden)"
+FORBIDDEN_ANSWER = [FORBIDDEN]
 
 Announce = Callable[[str, str, str, bool], None]  # (node, reason, note, warning)
 
@@ -76,6 +80,15 @@ class Evictions:
         go = self._delete if options.disable_eviction else self._evict
         with ThreadPoolExecutor(max_workers=EVICTION_CONCURRENCY) as pool:
             answers = list(pool.map(lambda e: go(e, options.grace_period), evictions))
+        if FORBIDDEN_ANSWER in answers:
+            line = (
+                "spec.drain.disableEviction: the controller may not delete pods here; grant it "
+                "(chart value drain.allowPodDelete=true) or evict (disableEviction: false)"
+            )
+            outcome.drain_blockers.setdefault(node, []).append(line)
+            announce(node, "DrainBlocked", line, True)
+            answers = [a for a in answers if a != FORBIDDEN_ANSWER]
+            outcome.soon(PDB_RETRY_SECONDS)
         for refused in answers:
             if refused is None:
                 outcome.evicted += 1
@@ -126,6 +139,8 @@ class Evictions:
             )
         except (NotFoundError, ConflictError):
             return None  # gone, or the name now belongs to a replacement pod
+        except ForbiddenError:
+            return [FORBIDDEN]
         except TooManyRequestsError as exc:
             return [f"{pod.namespace}/(throttled: {exc.message})"]
         return None
