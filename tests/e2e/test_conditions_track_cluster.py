@@ -91,8 +91,9 @@ def test_pdb_blocked_holds_while_the_budget_blocks_an_erroring_node_and_clears_w
         wait_for(lambda n=nudge: passes(ctl) > seen + n, what=f"pass {nudge + 1} after erroring")
     blocked = true_condition(world, cr, "PDBBlocked")
     assert blocked is not None, world.condition(cr, "PDBBlocked")
-    assert (
-        blocked["message"] == f"PodDisruptionBudget {ns}/db-pdb blocks eviction on node(s) {node}"
+    (db,) = [p.metadata.name for p in world.core.list_namespaced_pod(ns).items]
+    assert blocked["message"] == (
+        f"PodDisruptionBudget {ns}/db-pdb blocks eviction of pod(s) {ns}/{db} on node(s) {node}"
     )
     assert world.cr_status(cr)["status"] == "erroring"
     assert world.node(node).spec.unschedulable
