@@ -31,7 +31,9 @@ Where we differ from NodeWright (docs/architecture.md, "Where we differ from Nod
   ``allowed_to_start`` or the node is already in progress for this CR; work in flight goes on.
 - A package starts only when all of its dependencies are complete on this node.
 - Every wait has a deadline: stage pods (incl. image pull) ``timeouts.stage`` from the attempt's
-  start; podNonInterruptLabels wait plus drain ``min(timeouts.drain, spec.drain.timeout)``;
+  start, and a pod that cannot pull its image (``recovery.START_FAILURES``) the controller's pull
+  deadline from its creation (then ``erroring`` at once, cause ``image-pull``);
+  podNonInterruptLabels wait plus drain ``min(timeouts.drain, spec.drain.timeout)``;
   interrupts incl. reboot and Ready ``timeouts.interrupt``. A failed or expired pod is retried with
   exponential back-off up to ``maxAttempts``; then the entry is ``erroring`` with a message. An
   expired drain is not retried in place (the PDB or pod will not go away by itself): ``erroring``
