@@ -34,6 +34,7 @@ from nodewright_bridge.errors import (
     ConfigurationError,
     ForbiddenError,
     NotFoundError,
+    TemporaryApiError,
     UnauthorizedError,
 )
 from nodewright_bridge.k8s import resources
@@ -238,15 +239,15 @@ def ensure_namespace(rest: Rest, namespace: str, *, create: bool) -> str:
 
     Without it the controller cannot take its Lease nor start a pod, and would retry forever;
     one clear line is better. A controller not allowed to read namespaces (least-privilege RBAC)
-    goes on: its chart created the namespace.
+    goes on: its chart created the namespace; so does one that cannot reach the API server yet.
     """
     try:
         rest.get(resources.NAMESPACES, namespace)
         return ""
     except NotFoundError:
         pass
-    except (ForbiddenError, UnauthorizedError):
-        return ""
+    except (ForbiddenError, UnauthorizedError, TemporaryApiError):
+        return ""  # cannot tell (yet): the manager goes on and retries as it always did
     except ApiError as exc:
         return f"cannot read namespace {namespace}: {exc}"
     if not create:
