@@ -4,8 +4,12 @@ The runtime (informers, queue, leader election, metrics) is generic; the NodeWri
 is plugged in by ``controller.wiring.build_reconciler``. ``make_command(factory)`` builds the same
 command around another reconciler factory (the runtime's own tests run one that only logs);
 ``configure`` adds the NodeWright reconciler's settings (``--outside-retry``,
-``--outside-retry-max``: the back-off of re-attempts after a failure outside the package, see
-``lifecycle.recovery``) and builds the factory from them.
+``--outside-retry-max``: the back-off of re-attempts after a failure outside the package;
+``--pull-deadline``: how soon an unpullable image is one; see ``lifecycle.recovery``) and builds
+the factory from them.
+
+The controller namespace must exist (its Lease and node pods live there): a missing one is one
+error line and exit code 2, or with ``--create-namespace`` it is created.
 
 SIGTERM and SIGINT stop gracefully: the queue stops handing out keys, the current reconciles
 finish, the Lease is released so a standby takes over at once.
