@@ -24,16 +24,17 @@ degraded to ``unknown``):
 Conditions (docs/architecture.md, "Status and conditions"): ``Ready`` (NodeWright's reasons and
 message format), ``Progressing``, ``Degraded`` (naming node, package, stage, task and message of
 the newest failure of an erroring node), ``Stalled`` (a compartment stopped on failureThreshold),
-``PDBBlocked`` (naming the PodDisruptionBudgets, or why a drain cannot evict, while some node
-still needs its drain: ``drain_pending``), ``InvalidSpec`` (the CR's own problems, else the
-package specs that failed validation with the reason of the first, e.g.
-``ArgumentSpecViolation``, else ``Unknown`` while a validation runs; ``lifecycle.validating``),
-``PolicyNotFound``, ``TaintNotTolerable``, ``NodesIgnored`` (every targeted node with the ignore
-label, whatever its status), ``NodeStateMalformed`` only while some node's state annotation
-cannot be parsed, and ``DeletionBlocked`` only while the CR is being deleted with uninstall work
-pending (True while paused or disabled, naming the nodes, as NodeWright does) or while some
-node's state annotation of the CR does not parse (``MalformedNodeState``,
-``deletion_blocked_by_malformed_state``).
+``PDBBlocked`` (naming the PodDisruptionBudgets with the pods they keep, or why a drain cannot
+evict, while some node still needs its drain: ``drain_pending``), ``WaitingForProtectedPods``
+(naming each node we cordoned that waits for podNonInterruptLabels pods, the pods and since
+when: ``waiting_for_protected``), ``InvalidSpec`` (the CR's own problems, else the package specs
+that failed validation with the reason of the first, e.g. ``ArgumentSpecViolation``, else
+``Unknown`` while a validation runs; ``lifecycle.validating``), ``PolicyNotFound``,
+``TaintNotTolerable``, ``NodesIgnored`` (every targeted node with the ignore label, whatever its
+status), ``NodeStateMalformed`` only while some node's state annotation cannot be parsed, and
+``DeletionBlocked`` only while the CR is being deleted with uninstall work pending (True while
+paused or disabled, naming the nodes, as NodeWright does) or while some node's state annotation
+of the CR does not parse (``MalformedNodeState``, ``deletion_blocked_by_malformed_state``).
 
 Every condition is a function of what this pass saw of the nodes, the PDBs and the CR, never of
 the last transition: a node that stops being planned (it went erroring, it is complete and its
@@ -44,11 +45,11 @@ same status (the controller skips writes that change nothing).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lifecycle.nodestate import IGNORE_LABEL, state_annotation
+from lifecycle.nodestate import IGNORE_LABEL, PackageState, StageState, state_annotation
 from lifecycle.rollout import RolloutPlan
 from lifecycle.spec import NodeWright
 from lifecycle.stages import NodeFailure, rfc3339
@@ -70,6 +71,8 @@ TRUNCATED = "(list truncated; see controller logs)"
 FAILURE_MESSAGE_MAX = 256
 # Why one node's drain cannot evict (its blocking pods), in PDBBlocked.
 DRAIN_DETAIL_MAX = 1000
+# Pods named per PodDisruptionBudget or per node waiting for protected pods.
+PODS_MAX = 5
 # InvalidSpec shows this many problems; `nwb plan` prints them all.
 PROBLEMS_MAX = 5
 # DeletionBlocked/MalformedNodeState names this many nodes, as NodeWright's parse-error message.
@@ -104,11 +107,22 @@ class NodeStatusView:
 
 @dataclass(frozen=True, slots=True)
 class PdbBlock:
-    """A PodDisruptionBudget that refused evictions on ``nodes``."""
+    """A PodDisruptionBudget that refused evictions on ``nodes``, of ``pods`` (when known)."""
 
     namespace: str
     name: str
     nodes: tuple[str, ...]
+    pods: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProtectedWait:
+    """A node we cordoned that waits for its podNonInterruptLabels ``pods`` (since ``since``:
+    the start of the work that needs the drain, RFC 3339, may be empty)."""
+
+    node: str
+    pods: tuple[str, ...]
+    since: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +135,10 @@ class DrainView:
     to_evict: int  # pods a drain must still evict, wait for, or cannot evict
     blocking_pdbs: tuple[str, ...] = ()  # "namespace/name" of exhausted budgets covering them
     blockers: tuple[str, ...] = ()  # why some pods cannot be evicted (unmanaged, emptyDir)
+    # each exhausted budget ("namespace/name") with the pods ("namespace/name") it keeps here
+    pdb_pods: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    protected_pods: tuple[str, ...] = ()  # podNonInterruptLabels pods running on the node
+    since: str = ""  # when the work now open on the node started (``work_started``)
 
 
 def drain_pending(view: DrainView) -> bool:
@@ -128,6 +146,22 @@ def drain_pending(view: DrainView) -> bool:
     failed (a drain or podNonInterruptLabels wait that expired leaves the node erroring with the
     cordon held), and pods are still to go. Whatever stops those pods blocks the CR now."""
     return view.held and view.to_evict > 0 and view.status in (Status.IN_PROGRESS, Status.ERRORING)
+
+
+def waiting_for_protected(view: DrainView) -> bool:
+    """We cordoned the node for work in progress (or failed: a wait that expired leaves the node
+    erroring with the cordon held) and podNonInterruptLabels pods still run there."""
+    return (
+        view.held
+        and bool(view.protected_pods)
+        and view.status in (Status.IN_PROGRESS, Status.ERRORING)
+    )
+
+
+def work_started(state: Mapping[str, PackageState]) -> str:
+    """The earliest ``started`` of the entries not complete (RFC 3339), or ""."""
+    times = [e.started for e in state.values() if e.state is not StageState.COMPLETE and e.started]
+    return min(times, default="")
 
 
 def carries_ignore_label(labels: Mapping[str, str]) -> bool:
@@ -149,6 +183,7 @@ class AggregationInput:
     policy_missing: bool = False
     invalid_spec: Sequence[str] = ()
     pdb_blocks: Sequence[PdbBlock] = ()
+    protected_waits: Sequence[ProtectedWait] = ()  # WaitingForProtectedPods
     # node -> why its drain cannot evict (unmanaged or emptyDir pods), for PDBBlocked
     drain_blockers: Mapping[str, Sequence[str]] = field(default_factory=dict)
     untolerable_nodes: Sequence[str] = ()
@@ -195,11 +230,17 @@ def rollout_input(
     """
     refused = {node: list(keys) for node, keys in (pdb_blocked or {}).items()}
     blockers = {node: list(lines) for node, lines in (drain_blockers or {}).items()}
+    kept: dict[str, set[str]] = {}  # budget -> the pods it keeps on pending nodes
+    waits = [
+        ProtectedWait(v.name, v.protected_pods, v.since) for v in drains if waiting_for_protected(v)
+    ]
     for view in drains:
         if not drain_pending(view):
             continue
         if view.blocking_pdbs:
             refused.setdefault(view.name, []).extend(view.blocking_pdbs)
+        for budget, pods in view.pdb_pods:
+            kept.setdefault(budget, set()).update(pods)
         if view.blockers and view.name not in blockers:
             blockers[view.name] = list(view.blockers)
     return AggregationInput(
@@ -213,7 +254,8 @@ def rollout_input(
         paused=plan.paused,
         disabled=plan.disabled,
         policy_missing=plan.policy_missing,
-        pdb_blocks=pdb_blocks_of(refused),
+        pdb_blocks=pdb_blocks_of(refused, kept),
+        protected_waits=sorted(waits, key=lambda w: w.node),
         drain_blockers=blockers,
         untolerable_nodes=sorted({b.node for b in plan.blocked}),
         ignored_nodes=sorted({*plan.ignored, *ignored}),
@@ -227,14 +269,21 @@ def rollout_input(
     )
 
 
-def pdb_blocks_of(by_node: Mapping[str, Sequence[str]]) -> tuple[PdbBlock, ...]:
-    """Group ``node -> ["namespace/name", ...]`` by PodDisruptionBudget."""
+def pdb_blocks_of(
+    by_node: Mapping[str, Sequence[str]], pods: Mapping[str, Iterable[str]] | None = None
+) -> tuple[PdbBlock, ...]:
+    """Group ``node -> ["namespace/name", ...]`` by PodDisruptionBudget; ``pods``: budget key ->
+    the pods it keeps (named in the message)."""
     nodes: dict[tuple[str, str], set[str]] = {}
     for node, keys in by_node.items():
         for key in keys:
             namespace, _, name = key.partition("/")
             nodes.setdefault((namespace, name), set()).add(node)
-    return tuple(PdbBlock(ns, name, tuple(sorted(n))) for (ns, name), n in sorted(nodes.items()))
+    kept = pods or {}
+    return tuple(
+        PdbBlock(ns, name, tuple(sorted(n)), tuple(sorted(kept.get(f"{ns}/{name}", ()))))
+        for (ns, name), n in sorted(nodes.items())
+    )
 
 
 def cr_status(inp: AggregationInput) -> Status:
@@ -281,6 +330,7 @@ def aggregate(inp: AggregationInput) -> NodeWrightStatus:
         _degraded(inp, counts, failures),
         _stalled(compartments, inp.stop_reasons),
         _pdb_blocked(inp.pdb_blocks, inp.drain_blockers),
+        _waiting_for_protected_pods(inp.protected_waits),
         _invalid_spec(inp.invalid_spec, inp.spec_failures, inp.validating),
         _policy_not_found(inp),
         _taint_not_tolerable(inp.untolerable_nodes),
@@ -490,7 +540,9 @@ def _pdb_blocked(
     if not blocks and not drain_blockers:
         return _cond("PDBBlocked", False, "NoBlockingPDB", "no PodDisruptionBudget blocks a drain")
     parts = [
-        f"PodDisruptionBudget {b.namespace}/{b.name} blocks eviction on node(s) {_list(b.nodes)}"
+        f"PodDisruptionBudget {b.namespace}/{b.name} blocks eviction"
+        + (f" of pod(s) {_list(b.pods, PODS_MAX)}" if b.pods else "")
+        + f" on node(s) {_list(b.nodes)}"
         for b in sorted(blocks, key=lambda b: (b.namespace, b.name))[:NAMES_MAX]
     ]
     nodes = sorted(drain_blockers)
@@ -502,6 +554,28 @@ def _pdb_blocked(
         parts.append(f"and {len(nodes) - NAMES_MAX} more node(s) whose drain is blocked")
     reason = "EvictionBlocked" if blocks else "DrainBlocked"
     return _cond("PDBBlocked", True, reason, "; ".join(parts))
+
+
+def _waiting_for_protected_pods(waits: Sequence[ProtectedWait]) -> Condition:
+    """True while a node we cordoned waits for its podNonInterruptLabels pods: which node, which
+    pods, since when (recomputed from the cluster each pass, like ``PDBBlocked``)."""
+    if not waits:
+        return _cond(
+            "WaitingForProtectedPods",
+            False,
+            "NoProtectedPods",
+            "no node waits for podNonInterruptLabels pods",
+        )
+    parts = []
+    for wait in waits[:NAMES_MAX]:
+        since = f" since {wait.since}" if wait.since else ""
+        parts.append(
+            f"node {wait.node} waits{since} for {len(wait.pods)} podNonInterruptLabels pod(s) "
+            f"{_list(wait.pods, PODS_MAX)}"
+        )
+    if len(waits) > NAMES_MAX:
+        parts.append(f"and {len(waits) - NAMES_MAX} more node(s)")
+    return _cond("WaitingForProtectedPods", True, "ProtectedPodsRunning", "; ".join(parts))
 
 
 def _invalid_spec(

@@ -7,12 +7,20 @@ PodDisruptionBudgets").
 
 Rules (what an operator of a GPU fleet expects from ``kubectl drain``, plus our own pods):
 - DaemonSet pods are skipped: their controller would recreate them on the same node at once.
+  With ``drain.ignoreDaemonSets: false`` they block the drain instead, as ``kubectl drain``
+  without ``--ignore-daemonsets`` refuses to go on.
 - Mirror (static) pods are skipped: the API cannot delete them; the kubelet owns them.
 - Our own package pods are skipped: they are how the work gets done.
 - Pods already finished (Succeeded/Failed) need no eviction.
 - Unmanaged pods (no controller owner) block the drain unless ``drain.force``: nothing would
   recreate them, so evicting them loses work.
 - ``drain.podSelector`` narrows eviction to matching pods; the rest are left in place.
+- ``drain.disableEviction`` deletes the pods instead of evicting them: no PodDisruptionBudget is
+  consulted, so none blocks and none is protected (``blocking_pdbs`` finds none). For nodes
+  whose workloads have budgets that can never be met (single-replica apps, a stuck budget) and
+  an operator who accepts losing availability during the drain.
+- ``drain.gracePeriod`` is the grace period each eviction or delete asks for;
+  unset, each pod's own ``terminationGracePeriodSeconds`` applies.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ class PodView:
     phase: str = "Running"
     deleting: bool = False
     uses_empty_dir: bool = False
+    uid: str = ""  # a delete (disableEviction) is made only for this very pod
 
     @property
     def key(self) -> str:
@@ -74,6 +83,12 @@ class PodDisposition(StrEnum):
     SKIP_DELETING = "skip-deleting"  # already going; we only wait for it
     BLOCK_UNMANAGED = "block-unmanaged"
     BLOCK_EMPTY_DIR = "block-empty-dir"
+    BLOCK_DAEMONSET = "block-daemonset"
+
+
+BLOCKING = frozenset(
+    {PodDisposition.BLOCK_UNMANAGED, PodDisposition.BLOCK_EMPTY_DIR, PodDisposition.BLOCK_DAEMONSET}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +113,9 @@ def classify(pod: PodView, drain: Drain) -> PodDisposition:
     if pod.is_mirror:
         return PodDisposition.SKIP_MIRROR
     if pod.controller_kind == "DaemonSet":
-        return PodDisposition.SKIP_DAEMONSET
+        if drain.ignore_daemon_sets:
+            return PodDisposition.SKIP_DAEMONSET
+        return PodDisposition.BLOCK_DAEMONSET
     if drain.pod_selector is not None and not selectors.matches(drain.pod_selector, pod.labels):
         return PodDisposition.SKIP_NOT_SELECTED
     if pod.deleting:
@@ -121,7 +138,7 @@ def plan_drain(pods: Iterable[PodView], drain: Drain) -> DrainPlan:
             evict.append(pod)
         elif disposition is PodDisposition.SKIP_DELETING:
             waiting.append(pod)
-        elif disposition in (PodDisposition.BLOCK_UNMANAGED, PodDisposition.BLOCK_EMPTY_DIR):
+        elif disposition in BLOCKING:
             blockers.append((pod, disposition))
     return DrainPlan(evict=tuple(evict), waiting_for=tuple(waiting), blockers=tuple(blockers))
 
@@ -141,13 +158,18 @@ def evictions(to_evict: Sequence[PodView], pdbs: Sequence[PdbView]) -> tuple[Evi
     )
 
 
-def blocking_pdbs(to_evict: Sequence[PodView], pdbs: Sequence[PdbView]) -> list[PdbView]:
+def blocking_pdbs(
+    to_evict: Sequence[PodView], pdbs: Sequence[PdbView], drain: Drain | None = None
+) -> list[PdbView]:
     """PDBs that currently allow no disruption and cover a pod the drain would evict
-    (``to_evict``: ``plan_drain(...).evict``).
+    (``to_evict``: ``plan_drain(...).evict``); none when ``drain.disableEviction`` (pods are
+    deleted, budgets are not consulted).
 
     Used for PDB-aware node picking: a node whose pods are protected by an exhausted budget is
     picked only when no other candidate exists, and ``PDBBlocked`` names these budgets.
     """
+    if drain is not None and drain.disable_eviction:
+        return []
     found: dict[str, PdbView] = {}
     for pdb in pdbs:
         if pdb.disruptions_allowed > 0:
@@ -157,12 +179,28 @@ def blocking_pdbs(to_evict: Sequence[PodView], pdbs: Sequence[PdbView]) -> list[
     return [found[k] for k in sorted(found)]
 
 
+def pdb_protected(
+    to_evict: Sequence[PodView], pdbs: Sequence[PdbView], drain: Drain | None = None
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each blocking budget (``blocking_pdbs``) with the pods it keeps on the node, as
+    ``("namespace/pdb", ("namespace/pod", ...))``: the status names both."""
+    return tuple(
+        (pdb.key, tuple(sorted(p.key for p in to_evict if pdb.covers(p))))
+        for pdb in blocking_pdbs(to_evict, pdbs, drain)
+    )
+
+
 def describe_blocker(pod: PodView, disposition: PodDisposition) -> str:
     """One line an operator can act on."""
     if disposition is PodDisposition.BLOCK_UNMANAGED:
         return (
             f"pod {pod.key} has no controller and would be lost by eviction; delete it or set "
             "spec.drain.force: true"
+        )
+    if disposition is PodDisposition.BLOCK_DAEMONSET:
+        return (
+            f"pod {pod.key} belongs to a DaemonSet and spec.drain.ignoreDaemonSets is false; "
+            "set it true (the default) to leave DaemonSet pods in place"
         )
     if disposition is PodDisposition.BLOCK_EMPTY_DIR:
         return (

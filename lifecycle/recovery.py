@@ -39,6 +39,10 @@ FINGERPRINT_CHARS = 12
 PULL_REASONS = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 )
+# Waiting reasons of a package pod that will not start by itself: its image cannot be pulled or
+# its container cannot be configured (a missing ConfigMap or Secret key). Past the pull deadline
+# (``OutsideRetry.pull_deadline``) the entry is erroring with cause ``image-pull``.
+START_FAILURES = PULL_REASONS | {"CreateContainerConfigError"}
 
 
 class Cause(StrEnum):
@@ -71,13 +75,17 @@ def cause_of(text: str) -> Cause | None:
 
 @dataclass(frozen=True, slots=True)
 class OutsideRetry:
-    """Back-off of re-attempts after an outside cause: ``base``, doubling, at most ``cap``.
+    """Back-off of re-attempts after an outside cause: ``base``, doubling, at most ``cap``; and
+    how soon an image pull failure counts as one (``pull_deadline``).
 
-    A controller setting (``nwb controller --outside-retry/--outside-retry-max``).
+    Controller settings (``nwb controller --outside-retry/--outside-retry-max/--image-pull-deadline``).
     """
 
     base: timedelta = timedelta(minutes=5)
     cap: timedelta = timedelta(hours=1)
+    # How long a package pod may wait on an image it cannot pull (``START_FAILURES``) before the
+    # entry is erroring, well before ``timeouts.stage`` (``nwb controller --image-pull-deadline``).
+    pull_deadline: timedelta = timedelta(minutes=2)
 
     def delay(self, reattempts: int) -> timedelta:
         """Delay before the next re-attempt after ``reattempts`` earlier ones."""

@@ -519,6 +519,22 @@ class Drain(InputModel):
     pod_selector: LabelSelector | None = Field(
         default=None, description="Only evict pods matching this selector."
     )
+    disable_eviction: bool = Field(
+        default=False,
+        description=(
+            "Delete pods instead of evicting them. PodDisruptionBudgets are NOT checked: "
+            "every pod to go is deleted at once."
+        ),
+    )
+    ignore_daemon_sets: bool = Field(
+        default=True,
+        description="Leave DaemonSet pods in place; false: a DaemonSet pod blocks the drain.",
+    )
+    grace_period: int | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds each pod gets to terminate; unset: the pod's own grace period.",
+    )
 
     @field_validator("timeout")
     @classmethod

@@ -31,7 +31,9 @@ Where we differ from NodeWright (docs/architecture.md, "Where we differ from Nod
   ``allowed_to_start`` or the node is already in progress for this CR; work in flight goes on.
 - A package starts only when all of its dependencies are complete on this node.
 - Every wait has a deadline: stage pods (incl. image pull) ``timeouts.stage`` from the attempt's
-  start; podNonInterruptLabels wait plus drain ``min(timeouts.drain, spec.drain.timeout)``;
+  start, and a pod that cannot pull its image (``recovery.START_FAILURES``) the controller's pull
+  deadline from its creation (then ``erroring`` at once, cause ``image-pull``);
+  podNonInterruptLabels wait plus drain ``min(timeouts.drain, spec.drain.timeout)``;
   interrupts incl. reboot and Ready ``timeouts.interrupt``. A failed or expired pod is retried with
   exponential back-off up to ``maxAttempts``; then the entry is ``erroring`` with a message. An
   expired drain is not retried in place (the PDB or pod will not go away by itself): ``erroring``
@@ -175,6 +177,7 @@ class PodObservation:
     waiting_reason: str = ""  # e.g. ImagePullBackOff, for the timeout message
     deleting: bool = False
     finished: datetime | None = None  # when its container ended (a kept failed pod's TTL)
+    created: datetime | None = None  # the pull deadline counts from here
 
     @property
     def live(self) -> bool:
@@ -205,6 +208,8 @@ class NodeFacts:
     peers: tuple[peering.PeerOutlook, ...] = ()
     blocking_pdbs: tuple[str, ...] = ()
     unevictable_pods: int = 0
+    # each of ``blocking_pdbs`` with the pods it keeps here (``draining.pdb_protected``)
+    pdb_pods: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,6 +566,7 @@ def _observe_pods(work: _Work) -> None:
         timeout = _stage_timeout(spec[1]) if spec else timedelta(minutes=30)
         started = parse_time(entry.started) or inp.now
         failure = pod.result.failure if pod.result is not None else None
+        pull_at = _pull_deadline(work, pod, started)
         if pod.phase is PodPhase.SUCCEEDED and failure is None:
             _advance(work, key, _note_requests(work, key, entry, pod), pod)
             work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="succeeded"))
@@ -572,6 +578,9 @@ def _observe_pods(work: _Work) -> None:
             _note_requests(work, key, entry, pod)
             _fail_attempt(work, key, stage, task, message, by_package=failure is not None, pod=pod)
             failed.append(pod)
+        elif pull_at is not None and inp.now >= pull_at:
+            _pull_failed(work, key, pod)
+            work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="image pull"))
         elif inp.now >= started + timeout:
             why = f" ({pod.waiting_reason})" if pod.waiting_reason else ""
             message = f"pod did not finish within {_fmt_duration(timeout)}{why}"
@@ -581,7 +590,7 @@ def _observe_pods(work: _Work) -> None:
             work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="deadline"))
         else:
             work.live_keys.add(key)
-            _wake(work, started + timeout)
+            _wake(work, min(started + timeout, pull_at or started + timeout))
     for pod in failed:
         _keep_or_delete_failed(work, pod, succeeded)
 
@@ -645,6 +654,26 @@ def _kept_in_the_way(work: _Work, name: str, pkg: Package, stage: Stage, attempt
     if in_the_way:
         work.notes.append(f"{name} waits for the earlier attempt's pod to be deleted")
     return in_the_way
+
+
+def _pull_deadline(work: _Work, pod: PodObservation, started: datetime) -> datetime | None:
+    """When a package pod that cannot get its image (``recovery.START_FAILURES``) makes its
+    entry erroring: the pull deadline after the pod was created; None if it is not stuck so."""
+    if pod.waiting_reason not in recovery.START_FAILURES:
+        return None
+    return max(started, pod.created or started) + work.inp.outside_retry.pull_deadline
+
+
+def _pull_failed(work: _Work, key: str, pod: PodObservation) -> None:
+    """Past the pull deadline: erroring at once with cause ``image-pull`` (re-attempted on the
+    outside back-off or a spec change), not only at ``timeouts.stage``."""
+    spec = _spec_package(work, key)
+    image = f" for image {spec[1].image}" if spec is not None else ""
+    limit = _fmt_duration(work.inp.outside_retry.pull_deadline)
+    text = f"{pod.waiting_reason}{image}: the pod could not start within {limit}"
+    entry = work.state[key]
+    text = _give_up(work, key, entry, _truncate(text), Cause.IMAGE_PULL)
+    _record_failure(work, key, entry.stage.value, "", text, final=True)
 
 
 def _fmt_duration(delta: timedelta) -> str:
@@ -1281,6 +1310,8 @@ def _prepare(work: _Work, keys: Sequence[str]) -> bool:
     else:
         action = Drain(node=facts.name, cr=cr, deadline=deadline, options=inp.cr.spec.drain)
         note = f"draining ({facts.pods_to_evict} pod(s) to evict)"
+        if facts.blocking_pdbs:
+            note = f"draining ({facts.pods_to_evict} pod(s) to evict; {_budgets_text(facts)})"
     # One wait or drain per node and plan, with the earliest deadline of the packages asking.
     for i, existing in enumerate(work.actions):
         if type(existing) is type(action):
@@ -1300,12 +1331,22 @@ def _unprepared(facts: NodeFacts) -> tuple[str, str, Cause]:
         return "wait", why, Cause.PROTECTED_PODS
     why = f"drain did not finish: {facts.pods_to_evict} pod(s) still to evict"
     if facts.blocking_pdbs:
-        names = ", ".join(facts.blocking_pdbs)
-        return "drain", f"{why}, blocked by PodDisruptionBudget {names}", Cause.DRAIN
+        return "drain", f"{why}, blocked by {_budgets_text(facts)}", Cause.DRAIN
     if facts.unevictable_pods:
         why = f"{why}, {facts.unevictable_pods} of them not evictable with these drain options"
         return "drain", why, Cause.DRAIN
     return "drain", why, Cause.DRAIN_EXPIRED
+
+
+def _budgets_text(facts: NodeFacts) -> str:
+    """``PodDisruptionBudget a/x (keeps pod a/p), b/y``: the budgets and the pods they keep."""
+    kept = dict(facts.pdb_pods)
+    parts = []
+    for budget in facts.blocking_pdbs:
+        pods = kept.get(budget, ())
+        shown = ", ".join(pods[:3]) + (f" and {len(pods) - 3} more" if len(pods) > 3 else "")
+        parts.append(f"{budget} (keeps pod {shown})" if pods else budget)
+    return "PodDisruptionBudget " + ", ".join(parts)
 
 
 def _previous_version(work: _Work, name: str, version: str) -> tuple[Stage, str]:

@@ -36,6 +36,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "unignore": ("node_ops:unignore", "Let rollouts pick a node again."),
     "logs": ("logs", "What a package printed on a node, also after a failure."),
     "nodes": ("nodes", "Per-node state across NodeWrights."),
+    "try": ("try_role", "Roll your own role onto sandbox nodes, in one command."),
 }
 
 

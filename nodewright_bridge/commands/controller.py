@@ -5,9 +5,12 @@ is plugged in by ``controller.wiring.build_reconciler``. ``make_command(factory)
 command around another reconciler factory (the runtime's own tests run one that only logs);
 ``configure`` adds the NodeWright reconciler's settings (``--outside-retry``,
 ``--outside-retry-max``: the back-off of re-attempts after a failure outside the package, see
-``lifecycle.recovery``; ``--image-pull-deadline``: how long a validation pod may fail to
-pull a package image; ``--failed-pod-ttl``: how long a failed package pod is kept for its log)
-and builds the factory from them.
+``lifecycle.recovery``; ``--image-pull-deadline``: how long a validation or package pod may fail
+to pull its image; ``--failed-pod-ttl``: how long a failed package pod is kept for its log) and
+builds the factory from them.
+
+The controller namespace must exist (its Lease and node pods live there): a missing one is one
+error line and exit code 2, or with ``--create-namespace`` it is created.
 
 SIGTERM and SIGINT stop gracefully: the queue stops handing out keys, the current reconciles
 finish, the Lease is released so a standby takes over at once.
@@ -35,7 +38,16 @@ from nodewright_bridge.controller.wiring import (
     build_reconciler,
     reconciler_factory,
 )
-from nodewright_bridge.errors import ConfigurationError
+from nodewright_bridge.errors import (
+    AlreadyExistsError,
+    ApiError,
+    ConfigurationError,
+    ForbiddenError,
+    NotFoundError,
+    TemporaryApiError,
+    UnauthorizedError,
+)
+from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.client import ClientSettings, build_api_client
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.metrics import Metrics
@@ -94,6 +106,12 @@ def _options(command: Callable[..., None]) -> Callable[..., None]:
             show_default=True,
             help="Controller namespace: node pods and the leader Lease live here.",
         ),
+        click.option(
+            "--create-namespace",
+            is_flag=True,
+            help="Create the controller namespace if it does not exist (else the controller "
+            "exits with one line saying so).",
+        ),
         kube_options(),
     ):
         command = option(command)
@@ -145,8 +163,10 @@ def _recovery_options(command: Callable[..., None]) -> Callable[..., None]:
             callback=_duration,
             default="2m",
             show_default=True,
-            help="How long a validation pod may fail to pull a package image before the spec is "
-            "reported ImageNotFound (at most the package's timeouts.stage).",
+            help="How long a validation or package pod may fail to pull its image (ErrImagePull, "
+            "ImagePullBackOff, InvalidImageName, CreateContainerConfigError) before the spec is "
+            "reported ImageNotFound, or the node is erroring with cause image-pull (at most the "
+            "package's timeouts.stage).",
         ),
         click.option(
             "--failed-pod-ttl",
@@ -184,7 +204,7 @@ def make_command(
             ttl = options.pop("failed_pod_ttl")
             chosen = configure(
                 ReconcilerSettings(
-                    outside_retry=recovery.OutsideRetry(base=base, cap=cap),
+                    outside_retry=recovery.OutsideRetry(base=base, cap=cap, pull_deadline=pull),
                     validation=ValidationSettings(pull_deadline=pull),
                     failed_pod_ttl=ttl,
                 )
@@ -203,6 +223,7 @@ def run(
     kubeconfig: str | None,
     kube_context: str | None,
     namespace: str,
+    create_namespace: bool = False,
     metrics_addr: str,
     leader_elect: bool,
     log_format: str,
@@ -223,6 +244,11 @@ def run(
     except ConfigurationError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    rest = Rest(api_client)
+    problem = ensure_namespace(rest, namespace, create=create_namespace)
+    if problem:
+        click.echo(f"error: {problem}", err=True)
+        sys.exit(2)
     identity = default_identity(os.environ.get("POD_NAME"))
     settings = ManagerSettings(
         identity=identity,
@@ -231,7 +257,7 @@ def run(
         leader_elect=leader_elect,
         workers=workers,
     )
-    manager = Manager(Rest(api_client), factory, settings, clock=SystemClock(), metrics=metrics)
+    manager = Manager(rest, factory, settings, clock=SystemClock(), metrics=metrics)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         logger.info("signal received, stopping", extra={"signal": signal.Signals(signum).name})
@@ -244,6 +270,38 @@ def run(
         extra={"identity": identity, "namespace": namespace, "leader_elect": leader_elect},
     )
     sys.exit(manager.run())
+
+
+def ensure_namespace(rest: Rest, namespace: str, *, create: bool) -> str:
+    """Check (or with ``create``, make) the controller namespace; the problem, or "".
+
+    Without it the controller cannot take its Lease nor start a pod, and would retry forever;
+    one clear line is better. A controller not allowed to read namespaces (least-privilege RBAC)
+    goes on: its chart created the namespace; so does one that cannot reach the API server yet.
+    """
+    try:
+        rest.get(resources.NAMESPACES, namespace)
+        return ""
+    except NotFoundError:
+        pass
+    except (ForbiddenError, UnauthorizedError, TemporaryApiError):
+        return ""  # cannot tell (yet): the manager goes on and retries as it always did
+    except ApiError as exc:
+        return f"cannot read namespace {namespace}: {exc}"
+    if not create:
+        return (
+            f"namespace {namespace} does not exist: create it (kubectl create namespace "
+            f"{namespace}), pass --create-namespace, or choose another with --namespace"
+        )
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    try:
+        rest.create(resources.NAMESPACES, body)
+    except AlreadyExistsError:
+        pass
+    except ApiError as exc:
+        return f"cannot create namespace {namespace}: {exc}"
+    logger.info("namespace created", extra={"namespace": namespace})
+    return ""
 
 
 command = make_command(build_reconciler, configure=reconciler_factory)

@@ -39,6 +39,7 @@ from typing import Any
 import click
 import yaml
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from nodewright_bridge.commands import common
 from nodewright_bridge.commands import status as status_cmd
@@ -47,6 +48,7 @@ from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.rest import PatchType, Rest
 from nodewright_bridge.runtime.leadership import LEASE_NAME
 from playbook_adapter.errors import PackageError
+from playbook_adapter.manifest import PackageManifest
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -67,6 +69,9 @@ SANDBOX_START_SECONDS = 3600.0  # cold: the control-plane build (20-40 min on 2 
 ESTABLISH_SECONDS = 60.0
 CONTROLLER_START_SECONDS = 10.0
 DEFAULT_TIMEOUT_SECONDS = 900.0
+# Lines of long-running tools that say nothing a user acts on (debootstrap: I: info, W: warning).
+CHATTER_PREFIXES = ("I: ", "W: ")
+SPINNER_WIDTH = 100
 
 
 class DemoError(Exception):
@@ -90,25 +95,46 @@ class Steps:
 
     def step(self, text: str) -> None:
         self.done += 1
-        self.console.print(f"[bold][{self.done}/{self.total}][/bold] {text}", highlight=False)
+        line = f"[bold][{self.done}/{self.total}][/bold] {text}"
+        self.console.print(line, highlight=False, soft_wrap=True)  # paths stay copyable
 
     def note(self, text: str) -> None:
-        self.console.print(f"      {text}", highlight=False)
+        self.console.print(f"      {text}", highlight=False, soft_wrap=True)
 
     @contextlib.contextmanager
     def spinner(self, text: str) -> Iterator[Callable[[str], None]]:
+        """A long step: on a terminal a transient spinner with the elapsed time and the latest
+        message; otherwise one line per headline message. The tool's own chatter (debootstrap's
+        ``I: Configuring ...``, one line per package) is never printed, only counted."""
         if self.live:
-            with self.console.status(text) as status:
-                yield lambda message: status.update(f"{text}: {message}")
-        else:
-            last = [""]
+            columns = (
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+            )
+            with Progress(*columns, console=self.console, transient=True) as progress:
+                task = progress.add_task(text, total=None)
 
-            def say(message: str) -> None:
-                if message != last[0]:
-                    last[0] = message
-                    self.console.print(f"      {text}: {message}", highlight=False)
+                def update(message: str) -> None:
+                    shown = message if len(message) <= SPINNER_WIDTH else message[:SPINNER_WIDTH]
+                    progress.update(task, description=f"{text}: {shown}")
 
-            yield say
+                yield update
+            return
+        last = [""]
+
+        def say(message: str) -> None:
+            if message != last[0] and headline(message):
+                last[0] = message
+                self.console.print(f"      {text}: {message}", highlight=False)
+
+        yield say
+
+
+def headline(message: str) -> bool:
+    """A progress message worth a line of its own: not a tool's per-item chatter (debootstrap
+    prefixes each of its ~100 steps with ``I:``, warnings with ``W:``)."""
+    return not message.startswith(CHATTER_PREFIXES)
 
 
 # ---- 1-2: rootfs and packages ---------------------------------------------------------------
@@ -128,33 +154,54 @@ def prepare_packages(state: Path) -> dict[str, Path]:
     Returns image repository -> package directory (the exec-mode image map). Unchanged roles are
     not re-assembled, so a running sandbox keeps serving the same directories.
     """
-    from playbook_adapter import imaging, introspection  # noqa: PLC0415 - heavy imports
-
     out: dict[str, Path] = {}
     for name in PACKAGES:
-        source = EXAMPLES / "roles" / name
-        role = state / "roles" / name
-        package = state / "packages" / name
-        stamp = state / "packages" / f"{name}.digest"
-        digest = _tree_digest(source)
+        _, package = prepare_package(EXAMPLES / "roles" / name, state, version=PACKAGE_VERSION)
         out[f"{EXEC_REPOSITORY}/{name}"] = package
-        if package.is_dir() and stamp.is_file() and stamp.read_text() == digest:
-            continue
-        shutil.rmtree(role, ignore_errors=True)
-        shutil.copytree(source, role)
-        manifest = introspection.introspect_role(role, version=PACKAGE_VERSION)
-        introspection.write_manifest(role, manifest)  # what `nwb package init` writes
-        fresh = package.with_name(f"{name}.new")
-        shutil.rmtree(fresh, ignore_errors=True)
-        imaging.assemble_package(role, manifest, fresh)
-        if package.exists():
-            old = package.with_name(f"{name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            package.rename(old)
-            shutil.rmtree(old, ignore_errors=True)
-        fresh.rename(package)
-        stamp.write_text(digest)
     return out
+
+
+def prepare_package(
+    source: Path,
+    state: Path,
+    *,
+    version: str | None = None,
+    fallback_version: str | None = None,
+) -> tuple[PackageManifest, Path]:
+    """``nwb package init`` on a copy of the role ``source`` (the source is never written),
+    then the image layout assembled into ``<state>/packages/<package name>``.
+
+    Returns the manifest and the package directory. An unchanged role (same files, same version)
+    is not re-assembled, so a running sandbox keeps serving the same directory.
+    """
+    from playbook_adapter import imaging, introspection  # noqa: PLC0415 - heavy imports
+
+    manifest = introspection.introspect_role(
+        source, version=version, fallback_version=fallback_version
+    )
+    name = manifest.name
+    role = state / "roles" / name
+    package = state / "packages" / name
+    stamp = state / "packages" / f"{name}.digest"
+    digest = f"{_tree_digest(source)}-{manifest.version}"
+    if package.is_dir() and stamp.is_file() and stamp.read_text() == digest:
+        return manifest, package
+    package.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(role, ignore_errors=True)
+    shutil.copytree(source, role, ignore=shutil.ignore_patterns(".git"))
+    manifest = introspection.introspect_role(role, version=manifest.version, name=name)
+    introspection.write_manifest(role, manifest)  # what `nwb package init` writes
+    fresh = package.with_name(f"{name}.new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    imaging.assemble_package(role, manifest, fresh)
+    if package.exists():
+        old = package.with_name(f"{name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        package.rename(old)
+        shutil.rmtree(old, ignore_errors=True)
+    fresh.rename(package)
+    stamp.write_text(digest)
+    return manifest, package
 
 
 def build_images(
@@ -201,27 +248,41 @@ def ensure_sandbox(
     mode: str,
     image_map: Mapping[str, Path],
     say: Callable[[str], None],
+    labels: Mapping[str, str] = FLEET_LABEL,
+    node_prefix: str = NODE_PREFIX,
+    replace: bool = False,
 ) -> tuple[dict[str, Any], bool]:
-    """The running demo sandbox (reused when it matches), or a new one. Returns (state, reused)."""
+    """The running sandbox in ``sandbox_dir`` (reused when it matches), or a new one. Returns
+    (state, reused). One that does not match (node count, mode, or an image it cannot serve) is
+    an error, or with ``replace`` stopped and started anew."""
     from nodewright_bridge.sandbox import supervisor  # noqa: PLC0415
 
     current = supervisor.running_state(sandbox_dir)
-    if current is not None:
+    if current is not None and current.get("phase") == "ready":
         request = current.get("request") or {}
-        if current.get("phase") == "ready":
-            if request.get("mode") != mode or request.get("nodes") != nodes:
-                raise DemoError(
-                    f"a demo sandbox with {request.get('nodes')} {request.get('mode')}-mode nodes "
-                    f"is running in {sandbox_dir}; stop it first with: nwb demo --down"
-                )
+        served = request.get("image_map") or {}
+        wanted = {repo: str(path) for repo, path in image_map.items()}
+        if (
+            request.get("mode") == mode
+            and request.get("nodes") == nodes
+            and all(served.get(repo) == path for repo, path in wanted.items())
+        ):
             return current, True
-    else:
+        if not replace:
+            raise DemoError(
+                f"a demo sandbox with {request.get('nodes')} {request.get('mode')}-mode nodes "
+                f"is running in {sandbox_dir}; stop it first with: nwb demo --down"
+            )
+        say("the running sandbox does not match; restarting it")
+        supervisor.stop(sandbox_dir)
+        current = None
+    if current is None:
         request_obj = supervisor.Request(
             nodes=nodes,
-            labels=dict(FLEET_LABEL),
+            labels=dict(labels),
             mode=mode,
             registry=mode == "podman",
-            node_prefix=NODE_PREFIX,
+            node_prefix=node_prefix,
             image_map={repo: str(path) for repo, path in image_map.items()},
         )
         supervisor.spawn(sandbox_dir, request_obj)
@@ -317,7 +378,7 @@ def demo_objects(images: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, A
 # ---- 5: controller ---------------------------------------------------------------------------
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     from nodewright_bridge.sandbox import supervisor  # noqa: PLC0415
 
     return pid > 0 and supervisor.pid_alive(pid)
@@ -328,7 +389,7 @@ def controller_record(state: Path) -> dict[str, Any] | None:
         data = json.loads((state / "controller.json").read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or not _pid_alive(int(data.get("pid", 0))):
+    if not isinstance(data, dict) or not pid_alive(int(data.get("pid", 0))):
         return None
     return data
 
@@ -343,9 +404,9 @@ def stop_controller(state: Path, timeout: float = 30.0) -> bool:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _pid_alive(pid) and time.monotonic() < deadline:
+    while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    if _pid_alive(pid):
+    if pid_alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return True
@@ -409,15 +470,15 @@ def _lease_holder(rest: Rest) -> str:
 # ---- the command ---------------------------------------------------------------------------
 
 
-def down(state: Path, console: Console) -> None:
+def down(state: Path, console: Console, *, what: str = "demo") -> None:
     from nodewright_bridge.sandbox import supervisor  # noqa: PLC0415
 
     if stop_controller(state):
         console.print("controller stopped")
     if supervisor.stop(state / "sandbox"):
-        console.print("demo sandbox stopped")
+        console.print(f"{what} sandbox stopped")
     else:
-        console.print("no demo sandbox running")
+        console.print(f"no {what} sandbox running")
 
 
 def run_demo(
@@ -488,7 +549,7 @@ def run_demo(
     )
 
     def controller_gone() -> str | None:
-        if _pid_alive(int(record["pid"])):
+        if pid_alive(int(record["pid"])):
             return None
         return f"the controller stopped; see {record['log']}"
 

@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lifecycle import compartments, selectors
+from lifecycle.compartments import DEFAULT_COMPARTMENT
 from lifecycle.nodestate import (
     IGNORE_LABEL,
     PackageState,
@@ -68,8 +69,18 @@ MESSAGE_WIDTH = 120
 
 
 @dataclass(frozen=True, slots=True)
+class PackageRow:
+    """One package entry of a node (the per-node summary lists every one)."""
+
+    package: str
+    version: str
+    stage: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
 class NodeRow:
-    """One node as ``nwb status`` lists it."""
+    """One node as ``nwb status`` lists it (``package``... : the entry worth showing)."""
 
     name: str
     status: str
@@ -82,6 +93,7 @@ class NodeRow:
     attempts: int = 0
     message: str = ""
     updated: str = ""
+    packages: tuple[PackageRow, ...] = ()  # every entry, in package order
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +206,7 @@ class RolloutView:
 def _node_json(row: NodeRow) -> dict[str, Any]:
     data = asdict(row)
     del data["name"]
+    data["packages"] = list(data["packages"])
     return {_camel(k): v for k, v in data.items()}
 
 
@@ -300,6 +313,13 @@ def node_row(
         return NodeRow(name=name, status=status, compartment=compartment, batch=batch)
     key, entry = current
     package, _, version = key.partition("|")
+    order = {n: i for i, n in enumerate(package_order)}
+    every = tuple(
+        PackageRow(k.partition("|")[0], k.partition("|")[2], str(e.stage), str(e.state))
+        for k, e in sorted(
+            state.items(), key=lambda item: (order.get(item[0].partition("|")[0], -1), item[0])
+        )
+    )
     return NodeRow(
         name=name,
         status=status,
@@ -312,6 +332,7 @@ def node_row(
         attempts=entry.attempts,
         message=" ".join(entry.message.split())[: MESSAGE_WIDTH * 4],
         updated=entry.updated,
+        packages=every,
     )
 
 
@@ -407,7 +428,7 @@ def build_view(
     raw_compartments = status.get("compartments")
     if isinstance(raw_compartments, Mapping):
         for comp_name, raw in raw_compartments.items():
-            if not isinstance(raw, Mapping):
+            if not isinstance(raw, Mapping) or _empty_default(str(comp_name), raw):
                 continue
             batch_state = raw.get("batchState")
             comp_rows.append(
@@ -441,26 +462,35 @@ def build_view(
     policy_name = str(status.get("policy") or "")
     if not policy_name and cr is not None:
         policy_name = cr.spec.deployment_policy or ""
-    return RolloutView(
-        name=name,
-        generation=generation,
-        observed_generation=_int(observed) if observed is not None else None,
-        status=str(status.get("status") or "unknown"),
-        complete_nodes=str(status.get("completeNodes") or f"0/{len(rows)}"),
-        packages=packages,
-        policy=policy_name,
-        conditions=tuple(conditions),
-        compartments=tuple(comp_rows),
-        nodes=tuple(rows),
-        recent_failures=failures,
-        problems=tuple(problems),
+    return batches_reached(
+        RolloutView(
+            name=name,
+            generation=generation,
+            observed_generation=_int(observed) if observed is not None else None,
+            status=str(status.get("status") or "unknown"),
+            complete_nodes=str(status.get("completeNodes") or f"0/{len(rows)}"),
+            packages=packages,
+            policy=policy_name,
+            conditions=tuple(conditions),
+            compartments=tuple(comp_rows),
+            nodes=tuple(rows),
+            recent_failures=failures,
+            problems=tuple(problems),
+        )
     )
+
+
+def _empty_default(name: str, raw: Mapping[str, Any]) -> bool:
+    """The policy's ``__default__`` compartment with no node: nothing to show."""
+    counters = ("matched", "inProgress", "completed", "failed")
+    return name == DEFAULT_COMPARTMENT and not any(_int(raw.get(k)) for k in counters)
 
 
 def remember_batches(view: RolloutView, memory: dict[str, tuple[str, int]]) -> RolloutView:
     """Fill in batch numbers seen earlier in a watch (a node leaving the selector loses its record).
 
-    ``memory`` (node -> (compartment, batch)) is updated with the batches ``view`` shows.
+    ``memory`` (node -> (compartment, batch)) is updated with the batches ``view`` shows; each
+    compartment's batch is then the last one its nodes reached (``batches_reached``).
     """
     rows = []
     for row in view.nodes:
@@ -472,7 +502,25 @@ def remember_batches(view: RolloutView, memory: dict[str, tuple[str, int]]) -> R
             rows.append(replace(row, compartment=row.compartment or compartment, batch=batch))
         else:
             rows.append(row)
-    return replace(view, nodes=tuple(rows))
+    return batches_reached(replace(view, nodes=tuple(rows)))
+
+
+def batches_reached(view: RolloutView) -> RolloutView:
+    """Each compartment's batch: the highest batch one of its nodes was picked in, else the
+    batch state's ``currentBatch``.
+
+    The batch state counts ahead (it opens the next batch before a node is in it) and starts
+    again at 1 when it is reset on completion (``resetBatchStateOnCompletion``); the nodes'
+    records say which batch the rollout actually reached, so the number only grows.
+    """
+    reached: dict[str, int] = {}
+    for row in view.nodes:
+        if row.batch is not None and row.compartment:
+            reached[row.compartment] = max(reached.get(row.compartment, 0), row.batch)
+    comps = tuple(
+        replace(c, batch=reached[c.name]) if c.name in reached else c for c in view.compartments
+    )
+    return replace(view, compartments=comps)
 
 
 # ---- rendering --------------------------------------------------------------------------------
@@ -622,8 +670,30 @@ def render(view: RolloutView, *, max_nodes: int | None = 40) -> RenderableType:
     return Group(*parts)
 
 
+def summary_table(view: RolloutView) -> Table:
+    """Every node with every package it records (one line each), by compartment and name."""
+    table = Table(title="per-node summary", title_justify="left")
+    for column in ("node", "compartment", "batch", "status", "package", "stage", "state"):
+        table.add_column(column)
+    table.add_column("last failure", overflow="fold")
+    for row in sorted(view.nodes, key=lambda r: (r.compartment, r.name)):
+        failing = row.state == "erroring" or row.status == "erroring"
+        entries = row.packages or (PackageRow(row.package, row.version, row.stage, row.state),)
+        table.add_row(
+            row.name,
+            row.compartment or "-",
+            str(row.batch) if row.batch is not None else "-",
+            _styled(row.status),
+            "\n".join(f"{e.package} {e.version}".strip() or "-" for e in entries),
+            "\n".join(e.stage or "-" for e in entries),
+            "\n".join(e.state or "-" for e in entries),
+            Text(_short(row.message), style="red") if failing and row.message else "",
+        )
+    return table
+
+
 def summary(view: RolloutView) -> RenderableType:
-    """The final per-node summary (every node) with a one-line verdict."""
+    """The final per-node summary (every node, every package) with a one-line verdict."""
     counts = view.counts()
     verdict = {
         TERMINAL_OK: Text("rollout complete", style="bold green"),
@@ -635,7 +705,7 @@ def summary(view: RolloutView) -> RenderableType:
     line.append(
         "  (" + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ")" if counts else ""
     )
-    return Group(nodes_table(view, title="per-node summary", by_compartment=True), line)
+    return Group(summary_table(view), line)
 
 
 # ---- progress lines (non-interactive watch) -----------------------------------------------------

@@ -228,6 +228,7 @@ class Executor:
                 evictions=work.node.evictions,
                 outcome=outcome,
                 announce=self._announce,
+                options=action.options,
             )
         elif isinstance(action, actions.CreatePackagePod):
             self._starts.package_pod(cr, action, config_maps.get(action.package))

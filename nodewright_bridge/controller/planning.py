@@ -427,6 +427,9 @@ def drain_views(seen: Observation, status: Mapping[str, Status]) -> list[aggrega
                 to_evict=snap.facts.pods_to_evict,
                 blocking_pdbs=snap.blocking_pdbs,
                 blockers=tuple(draining.describe_blocker(p, d) for p, d in snap.drain.blockers),
+                pdb_pods=snap.pdb_pods,
+                protected_pods=snap.protected_pods,
+                since=aggregation.work_started(snap.state),
             )
         )
     return views

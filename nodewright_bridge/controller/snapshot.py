@@ -226,6 +226,7 @@ def pod_view(pod: Mapping[str, Any]) -> draining.PodView:
         phase=str((pod.get("status") or {}).get("phase") or "Pending"),
         deleting=bool(meta.get("deletionTimestamp")),
         uses_empty_dir=any("emptyDir" in v for v in volumes),
+        uid=str(meta.get("uid") or ""),
     )
 
 
@@ -312,6 +313,7 @@ def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
         waiting_reason=waiting,
         deleting=bool(meta.get("deletionTimestamp")),
         finished=finished,
+        created=parse_time(meta.get("creationTimestamp")),
     )
 
 
@@ -339,6 +341,9 @@ class NodeSnapshot:
     blocking_pdbs: tuple[str, ...] = ()
     # (name, resourceVersion) of every package pod (any CR's) on the node, as read here
     package_pod_versions: tuple[tuple[str, str], ...] = ()
+    # each blocking PDB with the pods it keeps here; the podNonInterruptLabels pods running here
+    pdb_pods: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    protected_pods: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,15 +510,18 @@ def snapshot_node(
     workload = [pod_view(p) for p in stores.pods.by_index(node_index, name)]
     plan = draining.plan_drain(workload, cr.spec.drain)
     relevant = pdbs.relevant(workload)
-    blocking = draining.blocking_pdbs(plan.evict, relevant)
-    non_interrupt = 0
+    blocking = draining.blocking_pdbs(plan.evict, relevant, cr.spec.drain)
+    protected: tuple[str, ...] = ()
     selector = cr.spec.pod_non_interrupt_labels
     if selector is not None:
-        non_interrupt = sum(
-            1
-            for p in workload
-            if p.phase in ("Running", "Pending") and selectors.matches(selector, p.labels)
+        protected = tuple(
+            sorted(
+                p.key
+                for p in workload
+                if p.phase in ("Running", "Pending") and selectors.matches(selector, p.labels)
+            )
         )
+    non_interrupt = len(protected)
     ours: list[PodObservation] = []
     foreign = 0
     package_pods = [
@@ -539,6 +547,7 @@ def snapshot_node(
         peers=peer_outlooks(cr, node, crs) if len(crs) > 1 else (),
         blocking_pdbs=tuple(p.key for p in blocking),
         unevictable_pods=len(plan.blockers),
+        pdb_pods=draining.pdb_protected(plan.evict, relevant, cr.spec.drain),
     )
     return NodeSnapshot(
         name=name,
@@ -557,6 +566,8 @@ def snapshot_node(
         evictions=draining.evictions(plan.evict, relevant),
         blocking_pdbs=facts.blocking_pdbs,
         package_pod_versions=pod_versions(package_pods),
+        pdb_pods=facts.pdb_pods,
+        protected_pods=protected,
     )
 
 

@@ -13,6 +13,8 @@ Choices (verified against v1.36.3):
   address it only writes into its own records.
 - No node-lifecycle-controller: simulated nodes need not renew Leases; the kubelet still
   heartbeats conditions at a modest rate.
+- The workload controllers a drain meets run (ReplicaSet, Deployment, DaemonSet, Job, disruption
+  for PodDisruptionBudget status), so evictions, budgets and DaemonSet pods behave as on a cluster.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ CONTROLLERS = (
     "disruption-controller",
     "replicaset-controller",
     "deployment-controller",
+    "daemonset-controller",  # DaemonSet pods on the nodes, as drains meet them (ignoreDaemonSets)
     "garbage-collector-controller",
     "namespace-controller",
     "job-controller",

@@ -44,9 +44,10 @@ from invariants import Invariants
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from lifecycle.recovery import DEFAULT_OUTSIDE_RETRY, OutsideRetry
 from lifecycle.validating import VALIDATION_LABEL
 from nodewright_bridge.clock import SystemClock
-from nodewright_bridge.controller.wiring import build_reconciler
+from nodewright_bridge.controller.wiring import ReconcilerSettings, reconciler_factory
 from nodewright_bridge.k8s.client import ClientSettings, build_api_client
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.metrics import Metrics
@@ -171,7 +172,14 @@ class E2E:
 class InProcessController:
     """The real manager + reconciler in threads of the test process."""
 
-    def __init__(self, kubeconfig: Path, *, identity: str, leader_elect: bool) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        *,
+        identity: str,
+        leader_elect: bool,
+        outside_retry: OutsideRetry = DEFAULT_OUTSIDE_RETRY,
+    ) -> None:
         self.metrics = Metrics()
         api_client = build_api_client(
             ClientSettings(kubeconfig=str(kubeconfig)), metrics=self.metrics
@@ -183,7 +191,11 @@ class InProcessController:
             leader_elect=leader_elect,
         )
         self.manager = Manager(
-            Rest(api_client), build_reconciler, settings, clock=SystemClock(), metrics=self.metrics
+            Rest(api_client),
+            reconciler_factory(ReconcilerSettings(outside_retry=outside_retry)),
+            settings,
+            clock=SystemClock(),
+            metrics=self.metrics,
         )
         self.exit_code: int | None = None
         self.thread = threading.Thread(target=self._run, name=f"controller-{identity}", daemon=True)
@@ -354,10 +366,19 @@ class World:
     # -- controllers -------------------------------------------------------------------------
 
     def start_controller(
-        self, *, identity: str = "", leader_elect: bool = False
+        self,
+        *,
+        identity: str = "",
+        leader_elect: bool = False,
+        outside_retry: OutsideRetry = DEFAULT_OUTSIDE_RETRY,
     ) -> InProcessController:
+        """The controller in this process; ``outside_retry``: its recovery settings (back-off,
+        pull deadline), as ``nwb controller`` options would set them."""
         ctl = InProcessController(
-            self.env.kubeconfig, identity=identity or f"ctl-{self.id}", leader_elect=leader_elect
+            self.env.kubeconfig,
+            identity=identity or f"ctl-{self.id}",
+            leader_elect=leader_elect,
+            outside_retry=outside_retry,
         )
         self.controllers.append(ctl)
         return ctl

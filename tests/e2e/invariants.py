@@ -11,7 +11,8 @@ with what was streamed), replays and checks:
 - ``pdb``: no covered pod stops being healthy (Running, Ready, not deleting) so that a
   PodDisruptionBudget with an integer minAvailable, whose expected pods reach it, is left with fewer
   healthy pods than minAvailable, outside a namespace being deleted (pods not yet healthy after
-  a start do not count: only a disruption can break a budget).
+  a start do not count: only a disruption can break a budget); ``allow_pdb_breach`` exempts a
+  budget the test breaks on purpose (``spec.drain.disableEviction`` deletes without asking).
 - ``undrained``: whenever one of our interrupt pods (namespace nodewright-system, managed by
   nodewright-bridge, stage ``interrupt`` or ``uninstall-interrupt``) is Running on a node, and at
   every bootID change of a node, the node is unschedulable and carries no pod a drain evicts:
@@ -620,6 +621,7 @@ class Invariants:
         self.nodes: list[str] = []
         self._reboots: dict[str, int] = {}
         self._held: dict[str, str] = {}
+        self._breachable: dict[str, str] = {}
         self._seq = 0
         node_kind = Kind("nodes", "/api/v1/nodes", _by_name, node_facts, self._ours)
         self.streams = [
@@ -664,6 +666,11 @@ class Invariants:
         """``node`` legitimately ends the test held (cordon, holders or taint) (``why``)."""
         assert why.strip(), "say why the node keeps its hold"
         self._held[node] = why
+
+    def allow_pdb_breach(self, pdb: str, why: str) -> None:
+        """The PodDisruptionBudget ``namespace/name`` may be broken in this test (``why``)."""
+        assert why.strip(), "say why the budget may be broken"
+        self._breachable[pdb] = why
 
     # -- checking
 
@@ -710,7 +717,10 @@ class Invariants:
             for n in self.nodes
             if not replay.history.get(n, NodeHistory()).revisions
         ]
-        found = replay.violations + replay.reboots(self._reboots) + leaks + unseen
+        kept = [
+            v for v in replay.violations if not (v.kind == PDB and v.subject in self._breachable)
+        ]
+        found = kept + replay.reboots(self._reboots) + leaks + unseen
         with self.lock:
             changes, gaps = len(self.changes), tuple(self.gaps)
         observed = {n: replay.history.get(n, NodeHistory()).revisions for n in self.nodes}

@@ -1,7 +1,9 @@
 """Conditions follow the cluster, pass after pass: ``PDBBlocked`` stays True while an exhausted
 PodDisruptionBudget still blocks a node whose drain expired (the node erroring, its cordon held)
-and turns False once the budget is deleted; ``NodesIgnored`` names a targeted node with the ignore
-label also when that node is already complete."""
+and turns False once the budget is deleted; ``WaitingForProtectedPods`` names the node, the
+podNonInterruptLabels pod and since when while the cordoned node waits, and turns False once the
+pod is gone; ``NodesIgnored`` names a targeted node with the ignore label also when that node is
+already complete."""
 
 from __future__ import annotations
 
@@ -91,8 +93,9 @@ def test_pdb_blocked_holds_while_the_budget_blocks_an_erroring_node_and_clears_w
         wait_for(lambda n=nudge: passes(ctl) > seen + n, what=f"pass {nudge + 1} after erroring")
     blocked = true_condition(world, cr, "PDBBlocked")
     assert blocked is not None, world.condition(cr, "PDBBlocked")
-    assert (
-        blocked["message"] == f"PodDisruptionBudget {ns}/db-pdb blocks eviction on node(s) {node}"
+    (db,) = [p.metadata.name for p in world.core.list_namespaced_pod(ns).items]
+    assert blocked["message"] == (
+        f"PodDisruptionBudget {ns}/db-pdb blocks eviction of pod(s) {ns}/{db} on node(s) {node}"
     )
     assert world.cr_status(cr)["status"] == "erroring"
     assert world.node(node).spec.unschedulable
@@ -127,3 +130,45 @@ def test_nodes_ignored_names_a_labelled_node_while_the_rest_completes(world: Wor
     wait_for(lambda: world.cr_status(cr).get("status") == "complete", what="rollout complete")
     assert world.node_status(cr, second) == "complete"
     assert true_condition(world, cr, "NodesIgnored") is not None
+
+
+def test_waiting_for_protected_pods_names_node_pod_and_since_until_the_pod_is_gone(
+    world: World,
+) -> None:
+    (node,) = world.add_nodes(1)
+    ns = world.namespace()
+    one_replica(world, ns, "training")
+    wait_for(
+        lambda: [
+            p for p in world.core.list_namespaced_pod(ns).items if p.status.phase == "Running"
+        ],
+        what="training pod running",
+    )
+    (pod,) = [p.metadata.name for p in world.core.list_namespaced_pod(ns).items]
+    cr = world.cr_name("protected")
+    world.apply_cr(
+        cr,
+        {
+            "interruptionBudget": {"count": 1},
+            "podNonInterruptLabels": {"matchLabels": {"app": "training"}},
+            "packages": {
+                "tune": {
+                    "version": "1.0.0",
+                    "image": f"{SIM_REGISTRY}/tune",
+                    "interrupt": {"type": "noop"},
+                }
+            },
+        },
+    )
+    world.start_controller()
+    waiting = wait_for(
+        lambda: true_condition(world, cr, "WaitingForProtectedPods"), what="waiting", timeout=90
+    )
+    assert waiting["reason"] == "ProtectedPodsRunning"
+    assert waiting["message"].startswith(f"node {node} waits since 20"), waiting
+    assert f"for 1 podNonInterruptLabels pod(s) {ns}/{pod}" in waiting["message"], waiting
+    assert world.node(node).spec.unschedulable  # cordoned, so nothing new lands meanwhile
+    world.env.apps.delete_namespaced_deployment("training", ns)
+    wait_for(lambda: world.cr_status(cr).get("status") == "complete", what="complete")
+    cond = world.condition(cr, "WaitingForProtectedPods")
+    assert cond is not None and cond["status"] == "False", cond

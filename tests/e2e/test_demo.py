@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -65,6 +66,17 @@ def test_the_demo_rolls_out_both_packages_to_every_node_and_a_rerun_reuses_every
     # Canary order: each compartment's first batch is a single node.
     assert "node gpu-000 [a100 batch 1]: in_progress" in out
     assert "node gpu-003 [h100 batch 1]: in_progress" in out
+    # Long steps print headlines, not a tool's chatter (debootstrap's "I: Configuring ...").
+    assert not [line for line in out.splitlines() if line.lstrip().startswith(("I: ", "W: "))]
+    # Batch numbers only grow, also when the batch state is reset on completion.
+    for compartment in ("a100", "h100"):
+        batches = [int(n) for n in re.findall(rf"compartment {compartment}: batch (\d+)", out)]
+        assert batches and batches == sorted(batches), (compartment, batches)
+    assert "__default__" not in out  # the policy's empty default compartment is not listed
+    # The summary lists every package of every node.
+    summary = out[out.index("per-node summary") :]
+    assert summary.count("sysctl-tuning 1.0.0") == len(NODES), summary
+    assert summary.count("kmod-blacklist 1.0.0") == len(NODES), summary
 
     sandbox = supervisor.read_state(state_dir / "sandbox")
     assert sandbox is not None and sandbox["phase"] == "ready"

@@ -149,7 +149,13 @@ def test_a_good_nodewright_is_stored_with_its_defaults(api: client.ApiClient) ->
     assert spec["packages"]["base"]["tags"] == ["sysctl", "never"]
     assert spec["packages"]["base"]["skipTags"] == ["slow"]
     assert spec["priority"] == 200 and spec["sequencing"] == "node"
-    assert spec["drain"] == {"timeout": "30m", "deleteEmptyDirData": True, "force": False}
+    assert spec["drain"] == {
+        "timeout": "30m",
+        "deleteEmptyDirData": True,
+        "force": False,
+        "disableEviction": False,
+        "ignoreDaemonSets": True,
+    }
     base = spec["packages"]["base"]
     assert base["timeouts"] == {"stage": "30m", "drain": "30m", "interrupt": "20m"}
     assert base["maxAttempts"] == 3

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from chart_support import (
+    CHART,
     CHART_CRDS,
     Controller,
     Helm,
@@ -391,3 +392,20 @@ def test_helm_upgrade_changes_the_release_and_uninstall_keeps_the_crds_and_their
         assert _crd_present(kube.ext, crd), f"helm uninstall removed CRD {crd}"
     kept = kube.custom.get_cluster_custom_object(GROUP, VERSION, "deploymentpolicies", policy)
     assert kept["metadata"]["name"] == policy
+
+
+def _cluster_pod_verbs(helm: Helm, *sets: str) -> list[str]:
+    args = ["template", "nwb", str(CHART)]
+    for value in sets:
+        args += ["--set", value]
+    docs = [d for d in yaml.safe_load_all(helm.run(*args).stdout) if d]
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    (rule,) = [r for r in role["rules"] if r["resources"] == ["pods"]]
+    return list(rule["verbs"])
+
+
+def test_pods_may_be_deleted_cluster_wide_only_when_disable_eviction_is_granted(
+    helm: Helm,
+) -> None:
+    assert "delete" not in _cluster_pod_verbs(helm)
+    assert "delete" in _cluster_pod_verbs(helm, "drain.allowPodDelete=true")

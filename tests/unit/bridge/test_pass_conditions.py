@@ -1,6 +1,7 @@
-"""The reconciler recomputes PDBBlocked and NodesIgnored from the nodes and PDBs every pass: a node
-that went erroring behind a PDB, or that is complete with the ignore label (its plan kept), still
-counts (in-memory API; the sandbox e2e proves the same on a real cluster)."""
+"""The reconciler recomputes PDBBlocked, WaitingForProtectedPods and NodesIgnored from the
+nodes, pods and PDBs every pass: a node that went erroring behind a PDB, or that is complete with
+the ignore label (its plan kept), still counts (in-memory API; the sandbox e2e proves the same on
+a real cluster)."""
 
 from __future__ import annotations
 
@@ -86,7 +87,9 @@ def test_pdb_blocked_names_the_budget_after_the_drain_expires_and_clears_when_it
     world.step("tune")
     blocked = condition(world, "PDBBlocked")
     assert blocked["status"] == "True", blocked
-    assert blocked["message"] == "PodDisruptionBudget ml/train blocks eviction on node(s) n0"
+    assert blocked["message"] == (
+        "PodDisruptionBudget ml/train blocks eviction of pod(s) ml/train-0 on node(s) n0"
+    )
 
     world.api.request("DELETE", resources.PDBS.path(namespace=NS, name="train"))
     world.api.refuse_evictions.clear()  # no budget left to refuse them
@@ -114,3 +117,23 @@ def test_nodes_ignored_names_a_complete_node_that_got_the_ignore_label() -> None
     ignored = condition(world, "NodesIgnored")
     assert (ignored["status"], ignored["message"]) == ("True", "Node [n0] ignored by label.")
     assert node_status(world, "n0") == "complete"
+
+
+def test_waiting_for_protected_pods_names_node_pods_and_since_when_until_they_are_gone() -> None:
+    world = ControllerWorld()
+    world.add(resources.NODES, node("n0", POOL))
+    protected = workload("train-0", "n0")
+    protected["metadata"]["labels"]["job"] = "training"
+    world.add(resources.PODS, protected)
+    spec = {**SPEC, "podNonInterruptLabels": {"matchLabels": {"job": "training"}}}
+    world.add(resources.NODEWRIGHTS, nodewright("tune", spec))
+    world.validate("tune")
+    step_until(world, lambda: condition(world, "WaitingForProtectedPods").get("status") == "True")
+    waiting = condition(world, "WaitingForProtectedPods")
+    assert waiting["reason"] == "ProtectedPodsRunning"
+    assert waiting["message"].startswith("node n0 waits since 20"), waiting
+    assert "1 podNonInterruptLabels pod(s) ml/train-0" in waiting["message"], waiting
+
+    world.api.request("DELETE", resources.PODS.path(namespace=NS, name="train-0"))
+    world.step("tune")
+    assert condition(world, "WaitingForProtectedPods")["status"] == "False"

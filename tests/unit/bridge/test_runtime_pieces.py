@@ -214,7 +214,11 @@ def test_the_outside_retry_settings_are_checked_and_reach_the_reconciler_factory
     )
     assert settings == [
         ReconcilerSettings(
-            outside_retry=OutsideRetry(base=timedelta(seconds=30), cap=timedelta(minutes=10)),
+            outside_retry=OutsideRetry(
+                base=timedelta(seconds=30),
+                cap=timedelta(minutes=10),
+                pull_deadline=timedelta(seconds=90),
+            ),
             validation=ValidationSettings(pull_deadline=timedelta(seconds=90)),
             failed_pod_ttl=timedelta(hours=24),
         )

@@ -318,7 +318,9 @@ def test_progress_lines_report_only_what_changed() -> None:
     )
     after = build_view(cr_object(status=running_status()), nodes, policy_obj=policy_object())
     assert progress_lines(before, after) == [
-        "node h100-0 [h100 batch 1]: in_progress, sysctl-tuning 1.0.0 apply in_progress"
+        # the compartment's batch is the one its first node was picked in
+        "compartment h100: batch 1, 0/2 complete, 0 in progress, 0 failed",
+        "node h100-0 [h100 batch 1]: in_progress, sysctl-tuning 1.0.0 apply in_progress",
     ]
     assert progress_lines(after, after) == []
 
@@ -353,6 +355,20 @@ def test_the_json_shape_is_stable() -> None:
         "attempts": 1,
         "message": "",
         "updated": "2025-01-01T00:01:00Z",
+        "packages": [
+            {
+                "package": "kmod-blacklist",
+                "version": "1.0.0",
+                "stage": "apply",
+                "state": "in_progress",
+            },
+            {
+                "package": "sysctl-tuning",
+                "version": "1.0.0",
+                "stage": "config",
+                "state": "complete",
+            },
+        ],
     }
     assert data["compartments"]["a100"]["batch"] == 2
     json.dumps(data)  # serialisable as is
@@ -397,3 +413,32 @@ def test_a_watch_remembers_batches_after_the_controller_releases_the_records() -
         "h100-0": None,
         "h100-1": None,
     }
+
+
+def test_the_summary_lists_every_package_of_every_node() -> None:
+    view = build_view(cr_object(status=running_status()), fleet(), policy_obj=policy_object())
+    console = Console(width=200, record=True)
+    console.print(rolloutview.summary(view))
+    text = console.export_text()
+    a100_1 = [line for line in text.splitlines() if "a100-1" in line]
+    assert a100_1 and "kmod-blacklist 1.0.0" in a100_1[0]
+    assert text.count("sysctl-tuning 1.0.0") == text.count("kmod-blacklist 1.0.0") >= 2
+
+
+def test_a_compartment_shows_the_last_batch_its_nodes_reached_after_a_reset() -> None:
+    done = running_status()
+    for comp in done["compartments"].values():
+        comp.update(inProgress=0, completed=comp["matched"], batchState={"currentBatch": 1})
+    view = build_view(cr_object(status=done), fleet(), policy_obj=policy_object())
+    assert {c.name: c.batch for c in view.compartments}["a100"] == 2  # a100-1 is in batch 2
+    ahead = running_status()
+    ahead["compartments"]["a100"]["batchState"] = {"currentBatch": 3}  # opened, nobody in it
+    view = build_view(cr_object(status=ahead), fleet(), policy_obj=policy_object())
+    assert {c.name: c.batch for c in view.compartments}["a100"] == 2
+
+
+def test_an_empty_default_compartment_is_not_listed() -> None:
+    status = running_status()
+    status["compartments"]["__default__"] = {"matched": 0, "ceiling": 0, "completed": 0}
+    view = build_view(cr_object(status=status), fleet(), policy_obj=policy_object())
+    assert "__default__" not in {c.name for c in view.compartments}

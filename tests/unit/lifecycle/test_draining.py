@@ -101,3 +101,32 @@ def test_a_budget_over_a_skipped_pod_does_not_block() -> None:
 def test_an_empty_pdb_selector_covers_every_pod_in_its_namespace() -> None:
     everything = PdbView("ml", "all", LabelSelector(), 0)
     assert blocking_pdbs(plan_drain([pod("x")], DEFAULT).evict, [everything]) == [everything]
+
+
+def test_a_daemonset_pod_blocks_the_drain_when_daemonsets_are_not_ignored() -> None:
+    ds = pod("ds", controller_kind="DaemonSet")
+    strict = Drain(ignore_daemon_sets=False)
+    assert classify(ds, strict) is PodDisposition.BLOCK_DAEMONSET
+    plan = plan_drain([ds, pod("w")], strict)
+    assert [p.name for p in plan.evict] == ["w"]
+    assert [(p.name, d) for p, d in plan.blockers] == [("ds", PodDisposition.BLOCK_DAEMONSET)]
+    line = describe_blocker(ds, PodDisposition.BLOCK_DAEMONSET)
+    assert "ml/ds" in line and "spec.drain.ignoreDaemonSets" in line
+
+
+def test_disable_eviction_consults_no_budget() -> None:
+    exhausted = PdbView("ml", "all", LabelSelector(), disruptions_allowed=0)
+    to_go = plan_drain([pod("w")], DEFAULT).evict
+    assert blocking_pdbs(to_go, [exhausted], DEFAULT) == [exhausted]
+    assert blocking_pdbs(to_go, [exhausted], Drain(disable_eviction=True)) == []
+
+
+def test_drain_options_read_from_the_cr_in_camel_case() -> None:
+    drain = Drain.model_validate(
+        {"disableEviction": True, "ignoreDaemonSets": False, "gracePeriod": 7}
+    )
+    chosen = (drain.disable_eviction, drain.ignore_daemon_sets, drain.grace_period)
+    assert chosen == (True, False, 7)
+    assert Drain().ignore_daemon_sets and Drain().grace_period is None
+    with pytest.raises(ValueError, match="gracePeriod"):
+        Drain.model_validate({"gracePeriod": -1})

@@ -382,14 +382,41 @@ def test_a_pod_that_never_starts_fails_its_attempt_at_the_stage_deadline() -> No
     )
     world.step()
     (name,) = world.pods
-    world.pods[name] = replace(world.pods[name], waiting_reason="ImagePullBackOff")
+    world.pods[name] = replace(world.pods[name], waiting_reason="ContainerCreating")
     world.tick(timedelta(minutes=9))
     assert world.step().status is Status.IN_PROGRESS
     world.tick(timedelta(minutes=1))
     plan = world.step()
     assert plan.status is Status.ERRORING
     assert of(plan.actions, act.DeletePod)[0].name == name
-    assert "ImagePullBackOff" in world.state["slow|1.0.0"].message
+    assert "ContainerCreating" in world.state["slow|1.0.0"].message
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"],
+)
+def test_a_pod_that_cannot_pull_its_image_makes_the_node_erroring_at_the_pull_deadline(
+    reason: str,
+) -> None:
+    pkg = {"version": "1.0.0", "image": "repo/ghost", "timeouts": {"stage": "30m"}}
+    world = World(make_cr({"ghost": pkg}))
+    world.step()
+    world.tick(timedelta(seconds=30))  # the pull deadline counts from the pod's creation
+    (name,) = world.pods
+    world.pods[name] = replace(world.pods[name], waiting_reason=reason, created=world.now)
+    world.tick(timedelta(minutes=2) - timedelta(seconds=1))
+    plan = world.step()
+    assert plan.status is Status.IN_PROGRESS
+    assert plan.requeue_at == world.now + timedelta(seconds=1)  # wakes at the pull deadline
+    world.tick(timedelta(seconds=1))
+    plan = world.step()
+    entry = world.state["ghost|1.0.0"]
+    assert plan.status is Status.ERRORING  # not retried in place, whatever maxAttempts says
+    assert (entry.state, entry.cause) == (StageState.ERRORING, "image-pull")
+    assert reason in entry.message and "repo/ghost" in entry.message and "2m" in entry.message
+    assert of(plan.actions, act.DeletePod)[0].name == name
+    assert plan.failures[0].final
 
 
 def test_a_drain_that_does_not_finish_by_its_deadline_makes_the_node_erroring() -> None:
@@ -810,3 +837,57 @@ def test_walking_the_planner_with_successes_always_completes_and_keeps_the_invar
         raise AssertionError(f"never completed: {world.state}")
     assert world.node.unschedulable is human_cordon
     assert world.node.cordon is None
+
+
+def test_a_drain_a_pdb_blocks_names_the_budget_and_the_pods_it_keeps() -> None:
+    world = World(
+        make_cr({"dexter": {"version": "1.0.0", "interrupt": REBOOT}}, drain={"timeout": "5m"}),
+    )
+    world.node = replace(
+        world.node,
+        unschedulable=True,
+        pods_to_evict=1,
+        blocking_pdbs=("ml/web",),
+        pdb_pods=(("ml/web", ("ml/web-0",)),),
+    )
+    plan = world.plan()
+    assert "PodDisruptionBudget ml/web (keeps pod ml/web-0)" in plan.reason
+    world.apply(
+        replace(plan, actions=tuple(a for a in plan.actions if not isinstance(a, act.Drain)))
+    )
+    world.tick(timedelta(minutes=5))
+    world.step()
+    message = world.state["dexter|1.0.0"].message
+    assert "blocked by PodDisruptionBudget ml/web (keeps pod ml/web-0)" in message, message
+
+
+def test_a_failing_service_interrupt_is_restarted_at_most_max_attempts_times() -> None:
+    """The restart limit of service interrupts: ``maxAttempts`` interrupt pods per cycle (with
+    back-off between them), then the node is erroring and keeps its cordon; only a fix (a spec
+    change) tries again - never an endless restart loop of the node's services."""
+    service = {"type": "service", "services": ["containerd"]}
+    world = World(make_cr({"dexter": {"version": "1.0.0", "interrupt": service, "maxAttempts": 2}}))
+    interrupt_pods = 0
+    for _ in range(40):
+        plan = world.step()
+        if plan.status is Status.ERRORING:
+            break
+        for name, pod in list(world.pods.items()):
+            if not pod.live:
+                continue
+            if pod.interrupt:
+                interrupt_pods += 1
+                world.pods[name] = replace(
+                    pod, phase=PodPhase.FAILED, result=failed_result("interrupt")
+                )
+            else:
+                world.finish_pods()
+        world.tick(timedelta(minutes=10))
+    entry = world.state["dexter|1.0.0"]
+    assert (entry.stage, entry.state) == (Stage.INTERRUPT, StageState.ERRORING)
+    assert interrupt_pods == 2
+    for _ in range(5):  # no third restart, however long we wait
+        world.tick(timedelta(hours=2))
+        world.step()
+    assert not [p for p in world.pods.values() if p.live and p.interrupt]
+    assert world.node.unschedulable  # the cordon is kept for a fix
