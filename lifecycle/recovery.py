@@ -78,7 +78,8 @@ class OutsideRetry:
     """Back-off of re-attempts after an outside cause: ``base``, doubling, at most ``cap``; and
     how soon an image pull failure counts as one (``pull_deadline``).
 
-    Controller settings (``nwb controller --outside-retry/--outside-retry-max/--image-pull-deadline``).
+    Controller settings (``nwb controller --outside-retry``, ``--outside-retry-max``,
+    ``--image-pull-deadline``).
     """
 
     base: timedelta = timedelta(minutes=5)
