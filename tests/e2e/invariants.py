@@ -417,6 +417,7 @@ class NodeHistory:
     human: tuple[float, int] | None = None  # when a human's cordon was first seen
     reboots: list[Reboot] = field(default_factory=list)
     incarnation: int = 0  # bumped when the Node is deleted: a node registered again is new
+    holds: int = 0  # controller hold episodes (no holders -> some), over all incarnations
     rebooted_by: dict[str, Reboot] = field(default_factory=dict)  # change -> its first reboot
 
     def forget(self) -> None:
@@ -473,6 +474,8 @@ class Replay:
         history.gone = False
         history.traced |= now.traced
         if now.holders:
+            if before is None or not before.holders:
+                history.holds += 1
             history.held = True
         elif now.unschedulable and (before is None or not before.unschedulable):
             history.human = history.human or (c.at, c.revision)
