@@ -31,12 +31,13 @@ Operations (each bounded per run):
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -47,7 +48,7 @@ from kubernetes.client.exceptions import ApiException
 IGNORE = "bridge.nodewright.io/ignore"
 CORDON = "bridge.nodewright.io/cordon"
 WORKLOAD_APP = "web"
-REPLAY_HINT = "NWB_CHAOS_SEED={seed} .venv/bin/pytest -q tests/e2e/test_chaos.py"
+REPLAY_HINT = "{settings}NWB_CHAOS_SEED={seed} .venv/bin/pytest -q -s tests/e2e/test_chaos.py"
 
 
 class Skip(Exception):  # noqa: N818 - not an error: the step found nothing to act on
@@ -79,11 +80,18 @@ OPERATIONS = (
 class OpLog:
     """What the chaos did, when, under which seed; printed as it happens."""
 
-    def __init__(self, seed: int, sink: Callable[[Iterable[str]], None] | None = None) -> None:
+    def __init__(
+        self,
+        seed: int,
+        sink: Callable[[Iterable[str]], None] | None = None,
+        settings: Mapping[str, object] | None = None,
+    ) -> None:
+        """``settings``: the environment a replay needs besides the seed (run size)."""
         self.seed = seed
         self.began = time.monotonic()
+        env = "".join(f"{k}={v} " for k, v in (settings or {}).items())
         self.lines: list[str] = [
-            f"chaos seed {seed} (replay: {REPLAY_HINT.format(seed=seed)})",
+            f"chaos seed {seed} (replay: {REPLAY_HINT.format(settings=env, seed=seed)})",
         ]
         self._sink = sink
         if sink is not None:
@@ -224,8 +232,6 @@ class Chaos:
 
     @staticmethod
     def _holders(node: Any) -> list[str]:
-        import json  # noqa: PLC0415 - only here
-
         text = (node.metadata.annotations or {}).get(CORDON)
         if not text:
             return []

@@ -51,9 +51,15 @@ from test_interrupts import deployment, ready_pods
 pytestmark = pytest.mark.e2e
 
 CI_SEEDS = (1, 2)
-NODES = int(os.environ.get("NWB_CHAOS_NODES") or 4)
-MAX_OPS = int(os.environ.get("NWB_CHAOS_OPS") or 10)
-CHAOS_SECONDS = float(os.environ.get("NWB_CHAOS_SECONDS") or 60)
+# The size of a run: a replay needs the same (OpLog prints those set).
+SIZE = {
+    name: os.environ[name]
+    for name in ("NWB_CHAOS_NODES", "NWB_CHAOS_OPS", "NWB_CHAOS_SECONDS")
+    if os.environ.get(name)
+}
+NODES = int(SIZE.get("NWB_CHAOS_NODES") or 4)
+MAX_OPS = int(SIZE.get("NWB_CHAOS_OPS") or 10)
+CHAOS_SECONDS = float(SIZE.get("NWB_CHAOS_SECONDS") or 60)
 SETTLE_SECONDS = 150.0
 DRAIN_TIMEOUT = "30s"
 GRUB_VARIANTS: list[dict[str, Any]] = [
@@ -121,7 +127,7 @@ def describe(world: World, chaos: Chaos, crs: list[str]) -> list[str]:
     often the controller held it (cordon episodes) and it rebooted, from the checker's record."""
     world.invariants.sync()
     history = world.invariants.replay().history
-    lines = []
+    lines = [f"checker relists (what happened in between is unseen): {world.invariants.gaps}"]
     for cr in crs:
         status = world.cr_status(cr)
         lines.append(f"{cr}: {status.get('status')} ({status.get('completeNodes')})")
@@ -190,7 +196,7 @@ def judge(world: World, chaos: Chaos, crs: list[str]) -> Verdict:
     complete is named by a condition giving a cause (or waits for another CR not complete there),
     each ignored node by NodesIgnored, and PDBBlocked names only budgets that exist."""
     verdict = Verdict()
-    present = [n for n in chaos.present()]
+    present = chaos.present()
     state = {(cr, n): world.node_status(cr, n) for cr in crs for n in present}
     budgets = {
         f"{p.metadata.namespace}/{p.metadata.name}"
@@ -255,9 +261,8 @@ def grub_not_in_effect(world: World, chaos: Chaos, cr: str) -> list[str]:
         assert root is not None
         text = (root / "etc/default/grub").read_text()
         line = next((ln for ln in text.splitlines() if ln.startswith("GRUB_CMDLINE_LINUX=")), "")
-        missing = (
-            [p for p in wanted if p not in line.split('"')[1].split()] if '"' in line else wanted
-        )
+        params = line.partition("=")[2].strip('"').split()
+        missing = [p for p in wanted if p not in params]
         if missing:
             problems.append(f"{name}: {cr} complete but {missing} not in {line!r}")
     return problems
@@ -268,7 +273,7 @@ def grub_not_in_effect(world: World, chaos: Chaos, cr: str) -> list[str]:
 def test_rollouts_under_chaos_keep_the_invariants_and_end_ready_or_say_why(
     world: World, seed: int
 ) -> None:
-    log = OpLog(seed, sink=world.invariants.add_context)
+    log = OpLog(seed, sink=world.invariants.add_context, settings=SIZE)
     nodes = world.add_nodes(NODES)
     ns = world.namespace()
     replicas = NODES
