@@ -6,7 +6,9 @@ change with its resourceVersion. The sandbox runs one etcd, so a resourceVersion
 one global counter: replaying the changes of all kinds in revision order rebuilds the cluster as it
 stood after each single write, whatever order the streams delivered them in, and no window is too
 short to be seen. ``collect()`` brings the streams up to date (a fresh list of each kind must agree
-with what was streamed), replays and checks:
+with what was streamed), replays and checks what follows. A stream cut off (an API server restarted
+under the test) watches on from its last revision; a server whose watch cache starts later answers
+410 Gone, and the stream lists again: the report names that gap, where only end states are seen.
 
 - ``pdb``: no covered pod stops being healthy (Running, Ready, not deleting) so that a
   PodDisruptionBudget with an integer minAvailable, whose expected pods reach it, is left with fewer
@@ -353,7 +355,7 @@ class _Stream:
                 # The API may restart under a test: watch on from the same revision (etcd kept
                 # it), which the new server serves or answers 410 (then the stream lists again).
                 self.error = f"{type(exc).__name__}: {exc}"
-                self.owner.stopping.wait(0.5)
+                self.owner.stopping.wait(0.1)  # soon: what changes before the relist is unseen
 
     def record(self, obj: Mapping[str, Any], *, deleted: bool, revision: int | None = None) -> None:
         if not self.kind.keep(obj):

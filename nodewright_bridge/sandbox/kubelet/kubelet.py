@@ -472,10 +472,13 @@ class Kubelet:
                     resource_version = meta.get("resourceVersion", resource_version)
                     if event.type != "BOOKMARK":
                         self._observe(event.object, deleted=event.type == "DELETED")
-            except Exception:
+            except Exception as exc:
                 if self._stop.is_set():
                     return
-                log.exception("pod watch failed; listing again")
+                if api_unavailable(exc):
+                    log.debug("pod watch failed (the API is away); listing again: %s", exc)
+                else:
+                    log.exception("pod watch failed; listing again")
                 resource_version = ""
                 self._stop.wait(1.0)
 
@@ -581,7 +584,8 @@ class Kubelet:
         try:
             self._patch_node_status(node, ready=True)
         except Exception as exc:
-            log.warning("heartbeat of %s failed: %s", node.name, exc)
+            level = logging.DEBUG if api_unavailable(exc) else logging.WARNING
+            log.log(level, "heartbeat of %s failed: %s", node.name, exc)
             with self._lock:  # soon again: it may be the one that reports Ready after a reboot
                 if node.name in self._next_heartbeat:
                     self._next_heartbeat[node.name] = time.monotonic() + API_RETRY_SECONDS
@@ -632,7 +636,7 @@ class Kubelet:
         except Exception as exc:
             if not api_unavailable(exc):
                 raise
-            log.warning(
+            log.debug(
                 "sync of pod %s failed (the API is away); again in %.0fs: %s",
                 uid,
                 API_RETRY_SECONDS,
