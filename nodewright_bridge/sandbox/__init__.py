@@ -7,7 +7,8 @@ docs/node-pod-contract.md, "In the sandbox".
 kube-apiserver, kube-controller-manager, kube-scheduler, optionally a local image registry, and the
 simulated kubelet serving N nodes in one of three package modes (simulate, exec, podman). Use it
 as a context manager or call ``start()``/``stop()``. ``nwb sandbox up`` runs one in a detached
-supervisor process (``nodewright_bridge.sandbox.supervisor``).
+supervisor process (``nodewright_bridge.sandbox.supervisor``). ``restart_apiserver()`` restarts
+the API server in place while the kubelet and every client keep running (chaos tests).
 """
 
 from __future__ import annotations
@@ -151,6 +152,13 @@ class Sandbox:
         self.kubelet.watch_synced.wait(NODES_READY_TIMEOUT_SECONDS)
         self.timings["nodes"] = round(time.monotonic() - began, 2)
         return self.kubelet
+
+    def restart_apiserver(self, *, down_seconds: float = 0.0, crash: bool = False) -> float:
+        """Restart kube-apiserver in place while everything else keeps running
+        (``ControlPlane.restart_apiserver``); the seconds the API was unavailable."""
+        if self.control_plane is None:
+            raise RuntimeError("the sandbox is not running")
+        return self.control_plane.restart_apiserver(down_seconds=down_seconds, crash=crash)
 
     def stop(self) -> None:
         """Stop kubelet, registry and control plane (in that order); safe to call twice."""

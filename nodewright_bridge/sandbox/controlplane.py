@@ -15,6 +15,11 @@ Choices (verified against v1.36.3):
   heartbeats conditions at a modest rate.
 - The workload controllers a drain meets run (ReplicaSet, Deployment, DaemonSet, Job, disruption
   for PodDisruptionBudget status), so evictions, budgets and DaemonSet pods behave as on a cluster.
+
+``restart_apiserver()`` stops kube-apiserver (gracefully or with SIGKILL) and starts it again on
+the same port with the same etcd, certificates and arguments, as an upgrade or a crash of a real
+control plane's API server would: every client (the controller, the simulated kubelet, KCM, the
+scheduler) keeps running and must reconnect on its own; nothing stored is lost.
 """
 
 from __future__ import annotations
@@ -137,10 +142,13 @@ class ControlPlane:
         self.timings[what] = round(time.monotonic() - began, 2)
 
     def _spawn(self, name: str, argv: list[str]) -> ManagedProcess:
-        env = {**os.environ, "GOGC": os.environ.get("GOGC", GOGC)}
-        proc = ManagedProcess(name, argv, log_path=self.log_dir / f"{name}.log", env=env)
+        proc = self._process(name, argv)
         self.processes.append(proc)
         return proc
+
+    def _process(self, name: str, argv: list[str]) -> ManagedProcess:
+        env = {**os.environ, "GOGC": os.environ.get("GOGC", GOGC)}
+        return ManagedProcess(name, argv, log_path=self.log_dir / f"{name}.log", env=env)
 
     def _wait(self, proc: ManagedProcess, check: Callable[[], object], what: str) -> None:
         def ready() -> object:
@@ -207,8 +215,7 @@ class ControlPlane:
             argv.append(f"--advertise-address={advertise}")
         return argv
 
-    def _start_apiserver(self) -> None:
-        began = time.monotonic()
+    def _apiserver_ready(self) -> Callable[[], bool]:
         assert self.pki is not None
         context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
 
@@ -217,6 +224,11 @@ class ControlPlane:
             with urllib.request.urlopen(url, timeout=5, context=context) as resp:
                 return bool(resp.status == 200)
 
+        return ready
+
+    def _start_apiserver(self) -> None:
+        began = time.monotonic()
+        ready = self._apiserver_ready()
         for advertise in (None, FALLBACK_ADVERTISE_ADDRESS):
             self.apiserver_port = free_port()
             proc = self._spawn("kube-apiserver", self._apiserver_argv(advertise))
@@ -231,6 +243,33 @@ class ControlPlane:
                     continue
                 raise
         self._timed("kube-apiserver", began)
+
+    def restart_apiserver(self, *, down_seconds: float = 0.0, crash: bool = False) -> float:
+        """Stop kube-apiserver, wait ``down_seconds``, start it again in place; block until ready.
+
+        In place: the same port, etcd, certificates and arguments (so kubeconfigs stay valid and
+        nothing stored is lost). ``crash``: SIGKILL instead of SIGTERM (no graceful shutdown, open
+        watches and requests cut off). Returns the seconds the API was unavailable.
+
+        Call it from a long-lived thread (normally the main one): the new process dies with the
+        thread that starts it (``processes``, PR_SET_PDEATHSIG).
+        """
+        index, old = next(
+            (i, p) for i, p in enumerate(self.processes) if p.name == "kube-apiserver"
+        )
+        began = time.monotonic()
+        old.stop(graceful=not crash)
+        log.info(
+            "kube-apiserver stopped (%s); restarting on port %d",
+            old.popen.returncode,
+            self.apiserver_port,
+        )
+        if down_seconds > 0:
+            time.sleep(down_seconds)
+        proc = self._process(old.name, old.argv)
+        self.processes[index] = proc
+        self._wait(proc, self._apiserver_ready(), "kube-apiserver /readyz after a restart")
+        return round(time.monotonic() - began, 2)
 
     def _secure_healthz(self, port: int) -> Callable[[], bool]:
         # KCM and the scheduler serve self-signed certs; /healthz is an always-allowed path.

@@ -102,11 +102,14 @@ class ManagedProcess:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGTERM the process group, wait up to ``timeout``, then SIGKILL it."""
+    def stop(self, timeout: float = 10.0, *, graceful: bool = True) -> int | None:
+        """SIGTERM the process group, wait up to ``timeout``, then SIGKILL it.
+
+        ``graceful=False`` sends SIGKILL at once: a crash, as a test of what survives it wants.
+        """
         try:
             if self.popen.poll() is None:
-                _signal_group(self.pid, signal.SIGTERM)
+                _signal_group(self.pid, signal.SIGTERM if graceful else signal.SIGKILL)
                 try:
                     self.popen.wait(timeout)
                 except subprocess.TimeoutExpired:

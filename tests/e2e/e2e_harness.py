@@ -17,11 +17,12 @@ our controller.
   Namespaces and NodeWright CRs for the whole test and replays them in resourceVersion order
   afterwards. The test fails if a budget was ever violated, an interrupt pod ran or a node rebooted
   while it was schedulable or still had a workload pod a drain would evict, a node rebooted more
-  than once, a human's cordon was lifted, or (once the body has passed) a node the controller held
-  ends still cordoned, listed as held or with the runtime-required taint. A test whose intended
-  end state differs says so: ``world.invariants.allow_reboots(node, 2, why)``,
-  ``world.invariants.expect_held(node, why)``. ``test_invariants.py`` provokes each violation
-  without the controller and checks that it is reported.
+  than once (per incarnation) or twice for one interrupt, a human's cordon was lifted, or (once
+  the body has passed) a node the controller held ends still cordoned, listed as held or with the
+  runtime-required taint. A test whose intended end state differs says so:
+  ``world.invariants.allow_reboots(node, 2, why)``, ``world.invariants.expect_held(node, why)``,
+  ``world.invariants.allow_uncordon(node, revision)``. ``test_invariants.py`` provokes each
+  violation without the controller and checks that it is reported.
 """
 
 from __future__ import annotations

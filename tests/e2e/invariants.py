@@ -6,13 +6,17 @@ change with its resourceVersion. The sandbox runs one etcd, so a resourceVersion
 one global counter: replaying the changes of all kinds in revision order rebuilds the cluster as it
 stood after each single write, whatever order the streams delivered them in, and no window is too
 short to be seen. ``collect()`` brings the streams up to date (a fresh list of each kind must agree
-with what was streamed), replays and checks:
+with what was streamed), replays and checks what follows. A stream cut off (an API server restarted
+under the test) watches on from its last revision; a server whose watch cache starts later answers
+410 Gone, and the stream lists again: the report names that gap, where only end states are seen.
 
 - ``pdb``: no covered pod stops being healthy (Running, Ready, not deleting) so that a
   PodDisruptionBudget with an integer minAvailable, whose expected pods reach it, is left with fewer
   healthy pods than minAvailable, outside a namespace being deleted (pods not yet healthy after
-  a start do not count: only a disruption can break a budget); ``allow_pdb_breach`` exempts a
-  budget the test breaks on purpose (``spec.drain.disableEviction`` deletes without asking).
+  a start do not count: only a disruption can break a budget; nor do pods of a tracked node the
+  test deleted: losing a node is an involuntary disruption no budget covers); ``allow_pdb_breach``
+  exempts a budget the test breaks on purpose (``spec.drain.disableEviction`` deletes without
+  asking).
 - ``undrained``: whenever one of our interrupt pods (namespace nodewright-system, managed by
   nodewright-bridge, stage ``interrupt`` or ``uninstall-interrupt``) is Running on a node, and at
   every bootID change of a node, the node is unschedulable and carries no pod a drain evicts:
@@ -20,10 +24,15 @@ with what was streamed), replays and checks:
   not owned by a DaemonSet, and selected by ``spec.drain.podSelector`` of at least one CR whose
   interrupt pod is on the node (every such pod when there is none). Pods being deleted count:
   the controller's drain waits until they are gone.
-- ``reboots``: a node changes bootID at most once per test, unless ``allow_reboots`` says more.
+- ``reboots``: a node changes bootID at most once per test, unless ``allow_reboots`` says more;
+  a node deleted and registered again is a new machine and counts afresh. And one interrupt
+  reboots a node at most once: a bootID change while only interrupt pods (CR, package and
+  ``bridge.nodewright.io/resource-id``) are on the node that already rebooted it is reported
+  whatever ``allow_reboots`` says.
 - ``human-cordon``: a node cordoned while no controller hold was recorded (no holders in
   ``bridge.nodewright.io/cordon``, and unschedulable was just switched on or the node was first
-  seen so) stays unschedulable at every later revision.
+  seen so) stays unschedulable at every later revision, until the Node is deleted or the test
+  declares that it lifted the cordon itself (``allow_uncordon(node, revision)``).
 - ``leak`` (end state only, after a short settle for a release in flight): every node of the test
   still present that the controller held is schedulable again (unless a human cordoned it), lists
   no holders, and, if the controller left any trace on it, has no
@@ -61,7 +70,11 @@ MIRROR = "kubernetes.io/config.mirror"
 LEAK_SETTLE_SECONDS = 10.0
 SYNC_SECONDS = 5.0
 WATCH_SECONDS = 60
+# Answers of an API server that is starting or overloaded: watch again from the same revision.
+UNAVAILABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
+RESOURCE_ID = f"{PREFIX}resource-id"
+PACKAGE_LABEL = f"{PREFIX}package"
 PDB, UNDRAINED, REBOOTS, HUMAN, LEAK, UNOBSERVED = (
     "pdb",
     "undrained",
@@ -96,6 +109,7 @@ class Report:
     observed: dict[str, int]  # tracked node -> how many of its revisions were seen
     gaps: tuple[str, ...]  # relists after a broken stream; what happened in between is unseen
     waited: float = 0.0  # seconds the end-state check waited for a release in flight
+    context: tuple[str, ...] = ()  # what the test said happened (``Invariants.add_context``)
 
     def kinds(self) -> set[str]:
         return {v.kind for v in self.violations}
@@ -108,6 +122,8 @@ class Report:
             + (f"; waited {self.waited:.1f}s for releases" if self.waited else "")
             + ")"
         )
+        if self.context:
+            lines += ["context:", *self.context]
         return "\n".join(lines)
 
 
@@ -134,6 +150,7 @@ class PodFacts:
     ready: bool
     controller_kind: str
     mirror: bool
+    resource_id: str = ""  # bridge.nodewright.io/resource-id of our pods
 
     @property
     def key(self) -> str:
@@ -165,6 +182,12 @@ class PodFacts:
 
     def describe(self) -> str:
         return f"{self.key} ({self.phase}{', deleting' if self.deleting else ''})"
+
+    @property
+    def change(self) -> str:
+        """Which change of which CR's package an interrupt pod acts on."""
+        cr, package = self.labels.get(CR_LABEL, ""), self.labels.get(PACKAGE_LABEL, "")
+        return f"{cr}/{package}@{self.resource_id[:12]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +258,7 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
         ),
         controller_kind=str(owner.get("kind", "")),
         mirror=MIRROR in (meta.get("annotations") or {}),
+        resource_id=str((meta.get("annotations") or {}).get(RESOURCE_ID, "")),
     )
 
 
@@ -325,13 +349,15 @@ class _Stream:
                     if event.type != "BOOKMARK":
                         self.record(event.object, deleted=event.type == "DELETED")
             except ApiError as exc:
-                version = ""
+                if exc.status not in UNAVAILABLE_STATUS:  # 410 Gone and the like: list again
+                    version = ""
                 self.error = str(exc)
                 self.owner.stopping.wait(0.2)
-            except Exception as exc:  # the API may restart under a test; resume by listing
-                version = ""
+            except Exception as exc:
+                # The API may restart under a test: watch on from the same revision (etcd kept
+                # it), which the new server serves or answers 410 (then the stream lists again).
                 self.error = f"{type(exc).__name__}: {exc}"
-                self.owner.stopping.wait(0.5)
+                self.owner.stopping.wait(0.1)  # soon: what changes before the relist is unseen
 
     def record(self, obj: Mapping[str, Any], *, deleted: bool, revision: int | None = None) -> None:
         if not self.kind.keep(obj):
@@ -377,21 +403,44 @@ class _Stream:
 # ---- replay -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Reboot:
+    at: float
+    revision: int
+    boot_id: str
+    incarnation: int  # how many times the Node had been deleted before
+    changes: tuple[str, ...]  # the interrupt pods on the node (``PodFacts.change``)
+
+
 @dataclass
 class NodeHistory:
     revisions: int = 0
     gone: bool = False
-    held: bool = False  # a controller hold was seen on it
+    held: bool = False  # a controller hold was seen on it (this incarnation)
     traced: bool = False
     human: tuple[float, int] | None = None  # when a human's cordon was first seen
-    reboots: list[tuple[float, int, str]] = field(default_factory=list)
+    reboots: list[Reboot] = field(default_factory=list)
+    incarnation: int = 0  # bumped when the Node is deleted: a node registered again is new
+    holds: int = 0  # controller hold episodes (no holders -> some), over all incarnations
+    rebooted_by: dict[str, Reboot] = field(default_factory=dict)  # change -> its first reboot
+
+    def forget(self) -> None:
+        """The Node was deleted: what is tied to the machine goes with it."""
+        self.gone = True
+        self.incarnation += 1
+        self.held = self.traced = False
+        self.human = None
+        self.rebooted_by.clear()
 
 
 class Replay:
     """The cluster rebuilt revision by revision, checked after every change."""
 
-    def __init__(self, tracked: Callable[[str], bool]) -> None:
+    def __init__(
+        self, tracked: Callable[[str], bool], lifted: Iterable[tuple[str, int]] = ()
+    ) -> None:
         self.tracked = tracked
+        self.lifted = frozenset(lifted)  # (node, revision): the test lifted a human's cordon
         self.nodes: dict[str, NodeFacts] = {}
         self.pods: dict[str, PodFacts] = {}
         self.on_node: dict[str, set[str]] = {}
@@ -421,16 +470,21 @@ class Replay:
         history = self.history.setdefault(c.key, NodeHistory())
         before = self.nodes.pop(c.key, None)
         if not isinstance(c.facts, NodeFacts):
-            history.gone = True
+            if not history.gone:
+                history.forget()
             return
         now = self.nodes[c.key] = c.facts
         history.revisions += 1
         history.gone = False
         history.traced |= now.traced
         if now.holders:
+            if before is None or not before.holders:
+                history.holds += 1
             history.held = True
         elif now.unschedulable and (before is None or not before.unschedulable):
             history.human = history.human or (c.at, c.revision)
+        if history.human and not now.unschedulable and (c.key, c.revision) in self.lifted:
+            history.human = None  # the test lifted its own "human" cordon, and said so
         if history.human and not now.unschedulable:
             since = _clock(history.human[0])
             self._say(
@@ -443,13 +497,14 @@ class Replay:
             )
             history.human = None
         if before is not None and before.boot_id and now.boot_id != before.boot_id:
-            history.reboots.append((c.at, c.revision, now.boot_id))
+            interrupts = [p for p in self._pods_on(c.key) if p.interrupt]
+            self._rebooted(c, history, before, now, interrupts)
             self._quiet(
                 c.key,
                 c,
                 ("reboot", c.key, now.boot_id),
                 f"rebooted (bootID {before.boot_id[:8]} -> {now.boot_id[:8]})",
-                [p for p in self._pods_on(c.key) if p.interrupt],
+                interrupts,
             )
         for pod in self._running_interrupts(c.key):
             self._quiet(c.key, c, ("interrupt", pod.key), f"interrupt pod {pod.key} Running", [pod])
@@ -475,10 +530,42 @@ class Replay:
                     f"interrupt pod {running.key} Running",
                     [running],
                 )
-        if before is not None and before.healthy and not (pod is not None and pod.healthy):
+        lost = before is not None and self.tracked(before.node) and before.node not in self.nodes
+        if (
+            before is not None
+            and before.healthy
+            and not (pod is not None and pod.healthy)
+            and not lost  # its node was deleted: no drain's doing
+        ):
             for key, pdb in list(self.pdbs.items()):
                 if pdb.namespace == before.namespace:
                     self._disrupted(key, pdb, before, c)
+
+    def _rebooted(
+        self,
+        c: Change,
+        history: NodeHistory,
+        before: NodeFacts,
+        now: NodeFacts,
+        interrupts: list[PodFacts],
+    ) -> None:
+        live = [p for p in interrupts if p.phase not in ("Succeeded", "Failed")]
+        changes = tuple(sorted({p.change for p in live}))
+        reboot = Reboot(c.at, c.revision, now.boot_id, history.incarnation, changes)
+        history.reboots.append(reboot)
+        if changes and all(ch in history.rebooted_by for ch in changes):
+            first = history.rebooted_by[changes[0]]
+            self._say(
+                ("again", c.key, c.revision),
+                REBOOTS,
+                c.key,
+                c,
+                f"rebooted again (bootID {before.boot_id[:8]} -> {now.boot_id[:8]}) for the "
+                f"interrupt that already rebooted it at {_clock(first.at)} (rv {first.revision}): "
+                f"{', '.join(changes)}",
+            )
+        for change in changes:
+            history.rebooted_by.setdefault(change, reboot)
 
     def _pdbs(self, c: Change) -> None:
         self.pdbs.pop(c.key, None)
@@ -576,14 +663,22 @@ class Replay:
     # -- after the last change
 
     def reboots(self, allowed: Mapping[str, int]) -> list[Violation]:
+        """Per node and incarnation: more reboots than allowed (default one)."""
         out = []
         for node, history in sorted(self.history.items()):
             limit = allowed.get(node, 1)
-            if len(history.reboots) > limit:
-                at, revision, _ = history.reboots[limit]
-                times = ", ".join(f"{_clock(t)} (rv {r})" for t, r, _ in history.reboots)
-                text = f"rebooted {len(history.reboots)} times (allowed {limit}): at {times}"
-                out.append(Violation(REBOOTS, node, at, revision, text))
+            incarnations = sorted({r.incarnation for r in history.reboots})
+            for incarnation in incarnations:
+                seen = [r for r in history.reboots if r.incarnation == incarnation]
+                if len(seen) <= limit:
+                    continue
+                times = ", ".join(
+                    f"{_clock(r.at)} (rv {r.revision}; {', '.join(r.changes) or 'no interrupt'})"
+                    for r in seen
+                )
+                again = f" after it was registered anew ({incarnation}x)" if incarnation else ""
+                text = f"rebooted {len(seen)} times (allowed {limit}){again}: at {times}"
+                out.append(Violation(REBOOTS, node, seen[limit].at, seen[limit].revision, text))
         return out
 
     def leaks(self, nodes: Iterable[str], exempt: Mapping[str, str], at: float) -> list[Violation]:
@@ -622,6 +717,8 @@ class Invariants:
         self._reboots: dict[str, int] = {}
         self._held: dict[str, str] = {}
         self._breachable: dict[str, str] = {}
+        self._lifted: set[tuple[str, int]] = set()
+        self._context: list[str] = []
         self._seq = 0
         node_kind = Kind("nodes", "/api/v1/nodes", _by_name, node_facts, self._ours)
         self.streams = [
@@ -672,6 +769,15 @@ class Invariants:
         assert why.strip(), "say why the budget may be broken"
         self._breachable[pdb] = why
 
+    def allow_uncordon(self, node: str, revision: int) -> None:
+        """The test itself, as the human who cordoned ``node``, made it schedulable with the write
+        whose resourceVersion is ``revision``: no ``human-cordon`` violation then."""
+        self._lifted.add((node, revision))
+
+    def add_context(self, lines: Iterable[str]) -> None:
+        """Lines every report ends with (what the test did, to make a failure reproducible)."""
+        self._context.extend(lines)
+
     # -- checking
 
     def sync(self) -> None:
@@ -690,7 +796,8 @@ class Invariants:
     def replay(self) -> Replay:
         with self.lock:
             changes = list(self.changes)
-        return Replay(lambda n: n.startswith(self.node_prefix)).run(changes)
+        lifted = set(self._lifted)
+        return Replay(lambda n: n.startswith(self.node_prefix), lifted).run(changes)
 
     def collect(
         self, *, end_state: bool = True, settle_seconds: float = LEAK_SETTLE_SECONDS
@@ -724,7 +831,8 @@ class Invariants:
         with self.lock:
             changes, gaps = len(self.changes), tuple(self.gaps)
         observed = {n: replay.history.get(n, NodeHistory()).revisions for n in self.nodes}
-        return Report(tuple(found), changes, observed, gaps, waited)
+        context = tuple(self._context)
+        return Report(tuple(found), changes, observed, gaps, waited, context)
 
     def verify(self, *, end_state: bool = True) -> Report:
         report = self.collect(end_state=end_state)

@@ -126,6 +126,93 @@ def test_a_second_reboot_is_reported_unless_the_test_declares_it(bare: World) ->
     assert report.violations == (), report.text()
 
 
+def interrupt_pod(world: World, name: str, node: str, resource_id: str) -> None:
+    """A stand-in for one of the controller's interrupt pods (the kubelet reboot kills it)."""
+    pod(
+        world,
+        NAMESPACE,
+        name,
+        node,
+        labels={
+            "app.kubernetes.io/managed-by": "nodewright-bridge",
+            "bridge.nodewright.io/stage": "interrupt",
+            "bridge.nodewright.io/cr": f"fake-{world.id}",
+            "bridge.nodewright.io/package": "grub",
+        },
+        annotations={DURATION: "600s", "bridge.nodewright.io/resource-id": resource_id},
+        restart="Never",
+    )
+    wait_for(lambda: phase(world, NAMESPACE, name) == "Running", what=f"{name} running")
+
+
+def test_a_second_reboot_for_the_same_interrupt_is_reported_whatever_is_allowed(
+    bare: World,
+) -> None:
+    (node,) = bare.add_nodes(1)
+    bare.invariants.allow_reboots(node, 3, "two changes may reboot it, one each")
+    patch(bare, node, {"spec": {"unschedulable": True}})
+    interrupt_pod(bare, f"first-{bare.id}", node, "change-1")
+    reboot(bare, node)
+    interrupt_pod(bare, f"other-{bare.id}", node, "change-2")  # a new change: a fine reboot
+    reboot(bare, node)
+    report = bare.invariants.collect(end_state=False)
+    assert report.violations == (), report.text()
+    interrupt_pod(bare, f"rerun-{bare.id}", node, "change-2")  # its re-run must not act again
+    reboot(bare, node)
+
+    report = bare.invariants.collect(end_state=False)
+    assert report.kinds() == {REBOOTS}, report.text()
+    (seen,) = report.violations
+    assert seen.subject == node and "rebooted again" in seen.message, report.text()
+    assert f"fake-{bare.id}/grub@change-2" in seen.message, report.text()
+
+
+def test_a_node_deleted_and_registered_again_is_a_new_machine(bare: World) -> None:
+    (node,) = bare.add_nodes(1)
+    kubelet = bare.env.box.kubelet
+    assert kubelet is not None
+    ns = bare.namespace()
+    patch(bare, node, {"spec": {"unschedulable": True}})  # a human's cordon on the old machine
+    reboot(bare, node)
+    for name in ("db-0", "db-1"):
+        pod(bare, ns, name, node, labels={"app": "db"})
+    bare.pdb(ns, "db-pdb", min_available=2, labels={"app": "db"})
+
+    def budget_counts() -> bool:
+        status = bare.env.policy.read_namespaced_pod_disruption_budget("db-pdb", ns).status
+        return bool(status and status.expected_pods == 2 and status.current_healthy == 2)
+
+    wait_for(budget_counts, what="the budget counts both pods healthy")
+    kubelet.remove_nodes([node])
+    # Its pods go with it (as pod garbage collection would delete them): no drain's doing.
+    for name in ("db-0", "db-1"):
+        bare.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+    wait_for(lambda: not bare.core.list_namespaced_pod(ns).items, what="db pods gone")
+    kubelet.add_nodes([node], labels=bare.labels)
+    wait_for(lambda: bare.node_ready(node), what="the node registered anew")
+    patch(bare, node, {"spec": {"unschedulable": True}})
+    reboot(bare, node)  # once on the new machine: fine
+    report = bare.invariants.collect(end_state=False)
+    assert report.violations == (), report.text()
+    reboot(bare, node)
+
+    report = bare.invariants.collect(end_state=False)
+    assert report.kinds() == {REBOOTS}, report.text()
+    (seen,) = report.violations
+    assert "rebooted 2 times (allowed 1) after it was registered anew" in seen.message, (
+        report.text()
+    )
+
+
+def test_a_cordon_the_test_lifts_itself_and_declares_is_not_reported(bare: World) -> None:
+    (node,) = bare.add_nodes(1)
+    patch(bare, node, {"spec": {"unschedulable": True}})
+    lifted = bare.core.patch_node(node, {"spec": {"unschedulable": False}})
+    bare.invariants.allow_uncordon(node, int(lifted.metadata.resource_version))
+    report = bare.invariants.collect()
+    assert report.violations == (), report.text()
+
+
 def test_lifting_a_humans_cordon_is_reported_and_releasing_a_controller_hold_is_not(
     bare: World,
 ) -> None:

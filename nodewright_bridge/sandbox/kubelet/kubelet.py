@@ -16,6 +16,11 @@ so. A pod with a deletionTimestamp has its containers killed and is then deleted
 A simulated reboot (``SimNode.request_reboot()`` or the reboot-request file) gives the node a new
 bootID, reports it NotReady for ``REBOOT_NOT_READY_SECONDS``, fails every live pod on it with reason
 ``NodeRebooted`` and then reports Ready again.
+
+The API server may go away for a while (``Sandbox.restart_apiserver``). Like a real kubelet, this
+one keeps its pods running and catches up: a status, deletion, heartbeat or volume read that fails
+because the API is unreachable (a connection error, 429, 5xx) is tried again after
+``API_RETRY_SECONDS``; a pod that ended meanwhile is reported once the API is back.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import heapq
+import http.client
 import logging
 import shutil
 import threading
@@ -31,6 +37,8 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import urllib3
 
 from nodewright_bridge.sandbox.kubelet.api import MERGE, STRATEGIC, ApiError, Obj, RawApi
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode, new_boot_id
@@ -67,6 +75,25 @@ KUBELET_VERSION = "v1.36.3"
 NODE_CAPACITY = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
 NODE_REBOOTED = "NodeRebooted"
 WATCH_TIMEOUT_SECONDS = 240
+# A write (or volume read) that failed because the API was unreachable is tried again this soon.
+API_RETRY_SECONDS = 1.0
+_UNAVAILABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class _ApiAwayError(Exception):
+    """A container could not be prepared because the API is unreachable for now."""
+
+
+def api_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) says the API is unreachable for now."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ApiError):
+            return seen.status in _UNAVAILABLE_STATUS
+        if isinstance(seen, (OSError, http.client.HTTPException, urllib3.exceptions.HTTPError)):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def now_rfc3339() -> str:
@@ -373,7 +400,13 @@ class Kubelet:
         with node.lock:
             node.boot_id = new_boot_id()
         log.info("rebooting %s (new bootID %s)", name, node.boot_id)
-        self._patch_node_status(node, ready=False)
+        try:
+            self._patch_node_status(node, ready=False)
+        except Exception as exc:
+            if not api_unavailable(exc):
+                raise
+            # The reboot happens anyway; the Ready heartbeat after it carries the new bootID.
+            log.warning("reporting %s NotReady failed (the API is away): %s", name, exc)
         with self._lock:
             victims = [w for w in self.pods.values() if w.node is node and not w.terminal]
             self._ready_again[name] = time.monotonic() + REBOOT_NOT_READY_SECONDS
@@ -439,10 +472,13 @@ class Kubelet:
                     resource_version = meta.get("resourceVersion", resource_version)
                     if event.type != "BOOKMARK":
                         self._observe(event.object, deleted=event.type == "DELETED")
-            except Exception:
+            except Exception as exc:
                 if self._stop.is_set():
                     return
-                log.exception("pod watch failed; listing again")
+                if api_unavailable(exc):
+                    log.debug("pod watch failed (the API is away); listing again: %s", exc)
+                else:
+                    log.exception("pod watch failed; listing again")
                 resource_version = ""
                 self._stop.wait(1.0)
 
@@ -548,7 +584,11 @@ class Kubelet:
         try:
             self._patch_node_status(node, ready=True)
         except Exception as exc:
-            log.warning("heartbeat of %s failed: %s", node.name, exc)
+            level = logging.DEBUG if api_unavailable(exc) else logging.WARNING
+            log.log(level, "heartbeat of %s failed: %s", node.name, exc)
+            with self._lock:  # soon again: it may be the one that reports Ready after a reboot
+                if node.name in self._next_heartbeat:
+                    self._next_heartbeat[node.name] = time.monotonic() + API_RETRY_SECONDS
 
     def _check_reboot_files(self) -> None:
         with self._lock:
@@ -591,6 +631,24 @@ class Kubelet:
     # --- one pod --------------------------------------------------------------------------
 
     def _sync(self, uid: str) -> None:
+        try:
+            self._sync_pod(uid)
+        except Exception as exc:
+            if not api_unavailable(exc):
+                raise
+            log.debug(
+                "sync of pod %s failed (the API is away); again in %.0fs: %s",
+                uid,
+                API_RETRY_SECONDS,
+                exc,
+            )
+            self._kick_at(time.monotonic() + API_RETRY_SECONDS, uid)
+
+    def _kick_at(self, moment: float, uid: str) -> None:
+        with self._lock:
+            heapq.heappush(self._ends, (moment, uid))
+
+    def _sync_pod(self, uid: str) -> None:
         with self._lock:
             worker = self.pods.get(uid)
         if worker is None:
@@ -600,6 +658,8 @@ class Kubelet:
             self._finish_deletion(worker)
             return
         if worker.terminal:
+            if worker.started:
+                self._send_status(worker)  # no-op unless the last report did not get through
             return
         if not worker.started:
             with self._lock:
@@ -734,14 +794,23 @@ class Kubelet:
             return  # still backing off an image pull
         try:
             runner = self.runner_for(worker.pod)
-            spec = self._container_spec(worker, container, runner)
+            try:
+                spec = self._container_spec(worker, container, runner)
+            except Exception as exc:
+                if api_unavailable(exc):  # its ConfigMaps, Secrets or token could not be read
+                    raise _ApiAwayError(str(exc)) from exc
+                raise
             container.handle = runner.start(worker.node, spec)
             if isinstance(container.handle, SimulatedContainer) and container.handle.deadline:
-                with self._lock:
-                    heapq.heappush(self._ends, (container.handle.deadline, worker.uid))
+                self._kick_at(container.handle.deadline, worker.uid)
             container.started_at = now_rfc3339()
             container.pull_due = 0.0
             container.waiting_message = ""
+        except _ApiAwayError as exc:
+            # Stay waiting, as a kubelet does until it can mount the volumes.
+            container.waiting_message = _truncate(f"API unavailable: {exc}")
+            container.pull_due = time.monotonic() + API_RETRY_SECONDS
+            self._kick_at(container.pull_due, worker.uid)
         except ContainerStartError as exc:
             if exc.reason in IMAGE_PULL_REASONS:
                 self._pull_failed(container, str(exc))
