@@ -975,6 +975,14 @@ def _drive_interrupts(work: _Work) -> None:
         if _on_way_to_interrupt(work, pkg, key, entry):
             work.notes.append(f"interrupt waits for {name}")
             return
+        if (
+            _due_for_interrupt(pkg, entry)
+            and entry.stage not in (Stage.UNINSTALL, Stage.UNINSTALL_INTERRUPT)
+            and not entry.interrupt_by
+            and _vars_moved(work, name, pkg, entry)
+        ):
+            _reapply_config(work, name, pkg, key, entry)  # _drive_packages starts its pod
+            return
         if _due_for_interrupt(pkg, entry):
             due[key] = (name, pkg, entry)
     if not due:
@@ -1666,6 +1674,8 @@ def _continue(work: _Work, name: str, pkg: Package, key: str, entry: PackageStat
     if work.interrupting:
         work.notes.append(f"{name} waits for the running interrupt")
         return
+    if entry.stage is Stage.POST_INTERRUPT and _vars_moved(work, name, pkg, entry):
+        entry = _reapply_config(work, name, pkg, key, entry)
     needs_prep = entry.stage in PRE_INTERRUPT and bool(_entry_interrupts(pkg, entry))
     if needs_prep and not _prepare(work, [key]):
         return
@@ -1719,6 +1729,40 @@ def _continue(work: _Work, name: str, pkg: Package, key: str, entry: PackageStat
     )
     work.live_keys.add(key)
     _wake(work, deadline)
+
+
+def _vars_moved(work: _Work, name: str, pkg: Package, entry: PackageState) -> bool:
+    """The vars (configMap, secrets, tags) changed after this cycle applied them."""
+    return bool(entry.config_hash) and entry.config_hash != _hash(work, name, pkg)
+
+
+def _reapply_config(
+    work: _Work, name: str, pkg: Package, key: str, entry: PackageState
+) -> PackageState:
+    """The vars changed while the cycle was open (its pods ran with the old ones): run the
+    config stage again now, on the node still cordoned and drained, so "complete" means the new
+    vars are in effect. Before the interrupt, the cycle keeps its interrupt (one for both);
+    after it, the new vars are a config cycle of their own (``configInterrupts`` decide)."""
+    digests = _digests(work, name, pkg)
+    moved = interrupts.changed_keys(entry.config_keys, digests) or [interrupts.ALL_KEYS]
+    if entry.stage is Stage.POST_INTERRUPT:
+        changed = moved
+    else:
+        changed = sorted(set(entry.changed_keys) | set(moved)) if entry.changed_keys else []
+    work.notes.append(f"{name}: vars changed during the cycle; config runs again")
+    return work.put(
+        key,
+        entry,
+        stage=Stage.CONFIG,
+        state=StageState.IN_PROGRESS,
+        attempts=0,
+        retry_at="",
+        message="",
+        started=rfc3339(work.now),
+        changed_keys=changed,
+        interrupt="",
+        boot_id=None,
+    )
 
 
 def _drive_uninstall(
