@@ -1163,6 +1163,16 @@ def _drive_running_interrupt(work: _Work, key: str, entry: PackageState) -> None
     name = key.partition("|")[0]
     pkg = inp.cr.spec.packages[name]
     retry_at = parse_time(entry.retry_at)
+    reboot = entry.interrupt == InterruptType.REBOOT.value
+    rebooted = bool(entry.boot_id) and facts.boot_id != entry.boot_id
+    if retry_at is not None and reboot and rebooted:
+        # The failed pod was the reboot killing it before the new bootID showed (the node's
+        # status write can lag, e.g. while the API server restarts): the reboot is done.
+        if facts.ready:
+            _complete_interrupt(work, None)
+        else:
+            work.notes.append("waiting for the node to be Ready after its reboot")
+        return
     if retry_at is not None:
         if inp.now < retry_at:
             _wake(work, retry_at)
@@ -1187,11 +1197,11 @@ def _drive_running_interrupt(work: _Work, key: str, entry: PackageState) -> None
     pod = work.live_interrupt.get(key)
     started = parse_time(entry.started) or inp.now
     deadline = started + _interrupt_timeout(pkg)
-    rebooted = bool(entry.boot_id) and facts.boot_id != entry.boot_id
     failure = pod.result.failure if pod is not None and pod.result is not None else None
-    if entry.interrupt == InterruptType.REBOOT.value:
+    if reboot:
         done = rebooted and facts.ready
-        failed = pod is not None and pod.phase is PodPhase.FAILED and not rebooted
+        # A NotReady node is rebooting: its killed pod is no failure.
+        failed = pod is not None and pod.phase is PodPhase.FAILED and not rebooted and facts.ready
     else:
         done = (
             pod is not None and pod.phase is PodPhase.SUCCEEDED and failure is None and facts.ready

@@ -123,6 +123,9 @@ class Target:
     packages: dict[str, tuple[str, list[dict[str, Any]]]]
 
 
+OUTSIDE_RETRY = ("--outside-retry", "15s", "--outside-retry-max", "30s")
+
+
 @dataclass
 class Chaos:
     world: World
@@ -150,7 +153,9 @@ class Chaos:
     def start_controller(self) -> None:
         self.generation += 1
         identity = f"chaos-{self.generation}"
-        self.controller = self.world.spawn_controller(identity)
+        # A short outside back-off: a drain that only ran out of time (nothing seen blocking
+        # it) comes back within the settle phase, as the setting promises.
+        self.controller = self.world.spawn_controller(identity, OUTSIDE_RETRY)
         self.restart_at = None
         self.log.add("controller started", f"{identity}, log {self.world.logs[-1]}")
 

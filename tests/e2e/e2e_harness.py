@@ -36,7 +36,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -384,7 +384,8 @@ class World:
         self.controllers.append(ctl)
         return ctl
 
-    def spawn_controller(self, identity: str) -> subprocess.Popen[bytes]:
+    def spawn_controller(self, identity: str, extra: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+        """``nwb controller`` as a process (``extra``: more of its options)."""
         log = Path(f"/tmp/nwb-e2e-{self.id}-{identity}.log")
         self.logs.append(log)
         env = {**os.environ, "POD_NAME": identity}
@@ -398,6 +399,7 @@ class World:
                 "127.0.0.1:0",
                 "--log-format",
                 "json",
+                *extra,
             ],
             stdout=log.open("ab"),
             stderr=subprocess.STDOUT,

@@ -29,6 +29,7 @@ report.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -154,7 +155,19 @@ def describe(world: World, chaos: Chaos, crs: list[str]) -> list[str]:
             if on
         ]
         lines.append(f"node {name}: {per_cr} {' '.join(flags)} ({record})")
+        annotations = node.metadata.annotations or {}
+        for cr in crs:
+            if per_cr[cr] == "complete":
+                continue
+            state = json.loads(annotations.get(f"bridge.nodewright.io/state-{cr}") or "{}")
+            for key, entry in sorted(state.items()):
+                brief = {k: entry.get(k) for k in BRIEF if entry.get(k) not in (None, "", [], 0)}
+                lines.append(f"  {cr} {key}: {brief}")
     return lines
+
+
+# What an end report shows of a node entry that is not complete.
+BRIEF = ("stage", "state", "attempts", "interrupt", "interruptBy", "mergedWith", "message")
 
 
 # Conditions that can name why a node is not complete (Ready and Progressing only count them).

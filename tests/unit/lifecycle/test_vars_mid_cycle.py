@@ -1,4 +1,4 @@
-"""Vars changed while a disruptive cycle is open are in effect when the node completes.
+"""Changes that land while a disruptive cycle is open are in effect when the node completes.
 
 The pods that ran before the change used the old vars; the planner runs the config stage again
 on the node still cordoned and drained, and the interrupt still runs once.
@@ -61,3 +61,25 @@ def test_vars_changed_after_the_reboot_run_config_again_before_complete() -> Non
     assert configs == [("config", "config-check")]
     assert world.boots == 1  # no configInterrupts match grub_args: no second reboot
     assert world.status is Status.COMPLETE
+
+
+def test_a_reboot_pod_seen_failed_before_the_new_boot_id_is_not_rebooted_again() -> None:
+    """The reboot killed the interrupt pod and the controller saw the failure before the node's
+    new bootID (its status write lagged): once the new bootID shows, the interrupt is done."""
+    world = World(cr=make_cr(with_vars(1)))
+    for _ in range(30):
+        world.step()
+        live = [n for n, p in world.pods.items() if p.live and p.interrupt]
+        if live:
+            break
+        world.finish_pods()
+        world.tick()
+    assert len(live) == 1
+    world.finish_pods(fail="*")  # the pod ends Failed; the node still shows the old bootID
+    world.step()
+    assert world.state["tuning|1.0.0"].retry_at, "a retry is scheduled"
+    world.reboot()  # now the new bootID shows
+    world.converge()
+    interrupts = [s for _, s in world.created_stages() if s == ("interrupt",)]
+    assert interrupts == [("interrupt",)]
+    assert world.boots == 1
