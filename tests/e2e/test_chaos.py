@@ -61,7 +61,9 @@ SIZE = {
 NODES = int(SIZE.get("NWB_CHAOS_NODES") or 4)
 MAX_OPS = int(SIZE.get("NWB_CHAOS_OPS") or 10)
 CHAOS_SECONDS = float(SIZE.get("NWB_CHAOS_SECONDS") or 60)
-SETTLE_SECONDS = 120.0
+# A cap, not a duration: a settled run ends at once. Generous, as a 2-core CI machine under
+# load re-drains and reboots slower (a drain expiry, the outside back-off, a reboot).
+SETTLE_SECONDS = 240.0
 DRAIN_TIMEOUT = "30s"
 GRUB_VARIANTS: list[dict[str, Any]] = [
     {"grub_params_cmdline": ["intel_iommu=on", "iommu=pt"]},
