@@ -1016,10 +1016,12 @@ def _drive_interrupts(work: _Work) -> None:
         merged = interrupts.MergedInterrupt(shared.type, shared.services, merged.owner)
     now_text = rfc3339(work.now)
     for key, (_, _, entry) in due.items():
-        stage = Stage.UNINSTALL_INTERRUPT if entry.stage is Stage.UNINSTALL else entry.stage
-        if stage is Stage.CONFIG:
-            stage = Stage.INTERRUPT
-        common = {"stage": stage, "boot_id": facts.boot_id, "retry_at": "", "message": ""}
+        common = {
+            "stage": _interrupt_stage(entry),
+            "boot_id": facts.boot_id,
+            "retry_at": "",
+            "message": "",
+        }
         if key == owner_key:
             work.put(
                 key,
@@ -1044,19 +1046,23 @@ def _drive_interrupts(work: _Work) -> None:
     _create_interrupt_pod(work, owner_key, merged.type, merged.services)
 
 
+def _interrupt_stage(entry: PackageState) -> Stage:
+    """The stage a due entry is at once its interrupt starts."""
+    if entry.stage is Stage.UNINSTALL:
+        return Stage.UNINSTALL_INTERRUPT
+    return Stage.INTERRUPT if entry.stage is Stage.CONFIG else entry.stage
+
+
 def _join_interrupt(
     work: _Work, due: Mapping[str, tuple[str, Package, PackageState]], peer: peering.PeerOutlook
 ) -> None:
     """An earlier CR's running interrupt performs ours too: mark the due entries as its."""
     kind = peer.running_type or InterruptType.NOOP
     for key, (_, _, entry) in due.items():
-        stage = Stage.UNINSTALL_INTERRUPT if entry.stage is Stage.UNINSTALL else entry.stage
-        if stage is Stage.CONFIG:
-            stage = Stage.INTERRUPT
         work.put(
             key,
             entry,
-            stage=stage,
+            stage=_interrupt_stage(entry),
             state=StageState.SKIPPED,
             attempts=0,
             started=rfc3339(work.now),
@@ -1093,7 +1099,7 @@ def _drive_joined(work: _Work) -> bool:
         running = peer is not None and peer.running and peer.performs_for(me)
         finished = peer is not None and peer.finished and peer.performs_for(me)
         if (rebooted or (finished and not reboot)) and facts.ready:
-            _finish_joined(work, key, entry)
+            _interrupt_done(work, key, entry, interrupt_by="", interrupt="")
         elif (running or rebooted) and inp.now < deadline:
             waiting = True
             _wake(work, deadline)
@@ -1103,7 +1109,9 @@ def _drive_joined(work: _Work) -> bool:
     return waiting
 
 
-def _finish_joined(work: _Work, key: str, entry: PackageState) -> None:
+def _interrupt_done(work: _Work, key: str, entry: PackageState, **also: object) -> None:
+    """The entry's interrupt finished: an uninstall's key goes, any other entry moves on to
+    its post-interrupt stage (``also``: more fields to reset)."""
     if entry.stage is Stage.UNINSTALL_INTERRUPT:
         del work.state[key]
         return
@@ -1113,9 +1121,8 @@ def _finish_joined(work: _Work, key: str, entry: PackageState) -> None:
         stage=Stage.INTERRUPT,
         state=StageState.COMPLETE,
         attempts=0,
-        interrupt_by="",
-        interrupt="",
         retry_at="",
+        **also,
     )
 
 
@@ -1262,18 +1269,7 @@ def _services(work: _Work) -> tuple[str, ...]:
 
 def _complete_interrupt(work: _Work, pod: PodObservation | None) -> None:
     for key in _members(work):
-        entry = work.state[key]
-        if entry.stage is Stage.UNINSTALL_INTERRUPT:
-            del work.state[key]
-        else:
-            work.put(
-                key,
-                entry,
-                stage=Stage.INTERRUPT,
-                state=StageState.COMPLETE,
-                attempts=0,
-                retry_at="",
-            )
+        _interrupt_done(work, key, work.state[key])
     if pod is not None:
         work.actions.append(DeletePod(name=pod.name, node=work.inp.node.name, reason="succeeded"))
 
