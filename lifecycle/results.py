@@ -11,8 +11,8 @@ Guarantees:
   the run's log, for people), then drops it, then shortens the failure message, then drops the
   details of stages that did not fail, then all stage details, and marks ``truncated``. The facts
   the controller decides on (failed or not, failing stage, what the role asked for: the package's
-  declared interrupt, rebootRequested, deferred service restarts, pending handlers) survive every
-  step; only their human-readable reasons may be dropped.
+  declared interrupt, rebootRequested, deferred service restarts, pending handlers; a check
+  run's counts of changed and unsupported tasks) survive every step; only their human-readable reasons may be dropped.
 - ``parse_termination_message`` never raises: garbage (empty, not JSON, wrong shape, a pod killed
   before writing) comes back as a result with ``unparseable`` set and a short excerpt of the text.
 """
@@ -72,6 +72,35 @@ class Failure(WireModel):
     message: str = Field(default="", description="Why it failed (module msg, assert msg).")
 
 
+# A check run (``nwb-agent run --check``) names the tasks that would change and the ones check mode
+# cannot answer for; a few names are enough for people, the counts carry the decision.
+MAX_CHECK_TASKS = 8
+
+
+class CheckReport(WireModel):
+    """What a check-mode run (``--check --diff``) found: would the node change, and where.
+
+    The controller decides the preflight outcome from it (``lifecycle.preflight``): nothing
+    changed and nothing unsupported is ``compliant``; any unsupported task is ``unknown``; else
+    ``changes``, with the interrupt the handlers that would fire ask for (``reboot_requested``
+    and ``restart_services`` of the same result).
+    """
+
+    changed: int = Field(default=0, ge=0, description="Tasks (and handlers) that would change.")
+    tasks: list[str] = Field(
+        default_factory=list,
+        description="Names of the tasks that would change, in run order (at most 8).",
+    )
+    unsupported: int = Field(
+        default=0, ge=0, description="Tasks check mode could not answer for (skipped or errored)."
+    )
+    unsupported_tasks: list[str] = Field(
+        default_factory=list,
+        description="'<task>: <why>' for the first of those (at most 8), e.g. a shell task "
+        "without check-mode support.",
+    )
+
+
 class AgentResult(WireModel):
     v: int = Field(default=RESULT_VERSION, description="Result format version.")
     package: str = Field(default="", description="Package name.")
@@ -96,6 +125,11 @@ class AgentResult(WireModel):
     )
     request_reasons: list[str] = Field(
         default_factory=list, description="Why a reboot or restart was asked for (for people)."
+    )
+    check: CheckReport | None = Field(
+        default=None,
+        description="Set by a check-mode run (``--check``): what would change; such a run "
+        "changes nothing on the host.",
     )
     output: list[str] = Field(
         default_factory=list,
@@ -174,6 +208,7 @@ class AgentResult(WireModel):
                 "raw": _cut(self.raw, RAW_EXCERPT_CHARS),
                 "pending_handlers": _cut_names(self.pending_handlers),
                 "request_reasons": _cut_names(self.request_reasons),
+                "check": _cut_check(self.check, MAX_REQUEST_NAME_CHARS),
                 "stages": [
                     s.model_copy(update={"name": _cut(s.name, MAX_NAME_CHARS)}) for s in self.stages
                 ],
@@ -221,6 +256,7 @@ class AgentResult(WireModel):
             restart_services=self.restart_services,
             pending_handlers=[_cut(n, limit) for n in self.pending_handlers[:MAX_REQUEST_ITEMS]],
             declared_interrupt=self.declared_interrupt,
+            check=_cut_check(self.check, 0),
             truncated=True,
             stages_omitted=self.stages_omitted + len(self.stages),
             unparseable=self.unparseable,
@@ -265,6 +301,22 @@ def _cut(text: str, limit: int) -> str:
 
 def _cut_names(names: list[str]) -> list[str]:
     return [_cut(name, MAX_REQUEST_NAME_CHARS) for name in names[:MAX_REQUEST_ITEMS]]
+
+
+def _cut_check(check: CheckReport | None, limit: int) -> CheckReport | None:
+    """The check report with its names cut to ``limit`` (0: no names); the counts stay."""
+    if check is None:
+        return None
+    if limit <= 0:
+        return check.model_copy(update={"tasks": [], "unsupported_tasks": []})
+    return check.model_copy(
+        update={
+            "tasks": [_cut(t, limit) for t in check.tasks[:MAX_CHECK_TASKS]],
+            "unsupported_tasks": [
+                _cut(t, limit) for t in check.unsupported_tasks[:MAX_CHECK_TASKS]
+            ],
+        }
+    )
 
 
 def _fit_message(result: AgentResult, max_bytes: int) -> str | None:
