@@ -5,6 +5,9 @@ Keys (docs/architecture.md, "Node bookkeeping"):
 - label + annotation ``bridge.nodewright.io/status-<cr>``: node status for that CR
 - annotation ``bridge.nodewright.io/cordon``: ``{"holders": [...], "wasUnschedulable": bool}``
 - annotation ``bridge.nodewright.io/batch-<cr>``: batch membership and node order
+- annotation ``bridge.nodewright.io/preflight-<cr>``: check-mode outcomes waiting for their cycle,
+  and the last drift check of each package (``lifecycle.preflight``)
+- label ``bridge.nodewright.io/drift-<cr>=true``: a drift check found the node changed
 
 The cordon rule lives here too (``hold``/``release``): every CR that cordons a node is a holder;
 the node becomes schedulable again only when the last holder lets go and it was schedulable before
@@ -41,6 +44,14 @@ def status_key(cr: str) -> str:
 
 def batch_annotation(cr: str) -> str:
     return f"{PREFIX}batch-{cr}"
+
+
+def preflight_annotation(cr: str) -> str:
+    return f"{PREFIX}preflight-{cr}"
+
+
+def drift_label(cr: str) -> str:
+    return f"{PREFIX}drift-{cr}"
 
 
 class Stage(StrEnum):
@@ -127,6 +138,17 @@ class PackageState(WireModel):
     )
     reattempts: int = Field(
         default=0, description="Re-attempts after outside causes in this cycle (back-off doubles)."
+    )
+    preflight: str = Field(
+        default="",
+        description="What the check-mode preflight found for this cycle: compliant (recorded "
+        "complete, no pod ran), changes, unknown (the declared path), or drifted (a drift "
+        "check found changes and this cycle remediates them); empty: no preflight.",
+    )
+    preflight_tasks: list[str] = Field(
+        default_factory=list,
+        description="The first tasks the preflight found would change, or why check mode "
+        "could not tell (at most 5).",
     )
     rerun: bool = Field(
         default=False,

@@ -12,7 +12,8 @@ Guarantees:
   details of stages that did not fail, then all stage details, and marks ``truncated``. The facts
   the controller decides on (failed or not, failing stage, what the role asked for: the package's
   declared interrupt, rebootRequested, deferred service restarts, pending handlers; a check
-  run's counts of changed and unsupported tasks) survive every step; only their human-readable reasons may be dropped.
+  run's counts of changed and unsupported tasks) survive every step; only their human-readable
+  reasons may be dropped.
 - ``parse_termination_message`` never raises: garbage (empty, not JSON, wrong shape, a pod killed
   before writing) comes back as a result with ``unparseable`` set and a short excerpt of the text.
 """

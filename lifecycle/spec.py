@@ -40,6 +40,8 @@ RESERVED_COMPARTMENT = "__default__"  # the implicit compartment of nodes no sel
 TAG_PATTERN = r"^[^,\s]([^,]*[^,\s])?$"
 TAGS_MAX = 64
 TAG_MAX_CHARS = 128
+# A drift check is a pod per node and package: more often than this would keep a fleet busy.
+MIN_DRIFT_INTERVAL_SECONDS = 60
 
 _PACKAGE_NAME = re.compile(PACKAGE_NAME_PATTERN)
 _DIGEST = re.compile(DIGEST_PATTERN)
@@ -400,6 +402,13 @@ class Package(InputModel):
     graceful_shutdown: str | None = Field(
         default=None, description="Pod terminationGracePeriod (Go duration)."
     )
+    preflight: bool = Field(
+        default=False,
+        description="Before a node's disruptive path, run the due stages in check mode "
+        "(--check --diff) in a node pod that needs no cordon: a compliant node is recorded "
+        "complete and never cordoned; otherwise the interrupt is what the handlers that would "
+        "fire ask for; when check mode cannot tell, the declared path.",
+    )
     tags: list[str] = Field(
         default_factory=list,
         max_length=TAGS_MAX,
@@ -542,6 +551,26 @@ class Drain(InputModel):
         return _duration(value)
 
 
+class DriftDetection(InputModel):
+    interval: str = Field(
+        default="1h",
+        description="How often each package is checked in check mode on nodes where the CR is "
+        "complete (Go duration, at least 1m; each node's check is jittered by up to a tenth).",
+    )
+    remediate: bool = Field(
+        default=False,
+        description="Send drifted nodes through the normal batched path (the role runs again).",
+    )
+
+    @field_validator("interval")
+    @classmethod
+    def _go_duration(cls, value: str) -> str:
+        checked = _duration(value)
+        if parse_duration(checked).total_seconds() < MIN_DRIFT_INTERVAL_SECONDS:
+            raise _fail(f'"{value}" is shorter than 1m')
+        return checked
+
+
 class NodeWrightSpec(InputModel):
     node_selectors: LabelSelector = Field(
         default_factory=LabelSelector, description="Nodes this CR targets; empty = all nodes."
@@ -575,6 +604,11 @@ class NodeWrightSpec(InputModel):
     drain: Drain = Field(default_factory=Drain, description="How nodes are drained.")
     host_connection: HostConnection = Field(
         default=HostConnection.NSENTER, description="chroot or nsenter into the host."
+    )
+    drift_detection: DriftDetection | None = Field(
+        default=None,
+        description="Check complete nodes for drift every interval (check mode, no cordon); "
+        "drifted nodes are labelled bridge.nodewright.io/drift-<cr>=true.",
     )
 
     @field_validator("packages", mode="before")
