@@ -214,6 +214,14 @@ class SetAnnotations:
 
 
 @dataclass(frozen=True, slots=True)
+class SetLabels:
+    """Set (or, with None, remove) labels of ``node``; merged into the node's next write."""
+
+    node: str
+    labels: Mapping[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
 class RemoveFinalizer:
     """Drop ``finalizer`` from the NodeWright ``cr``: its cleanup is done."""
 
@@ -237,5 +245,6 @@ Action = (
     | EmitEvent
     | ReleaseNode
     | SetAnnotations
+    | SetLabels
     | RemoveFinalizer
 )

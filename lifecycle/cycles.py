@@ -13,6 +13,7 @@ from lifecycle.spec import Interrupt, Package
 
 PRE_INTERRUPT = frozenset({Stage.APPLY, Stage.UPGRADE, Stage.CONFIG, Stage.UNINSTALL})
 INTERRUPT_STAGES = frozenset({Stage.INTERRUPT, Stage.UNINSTALL_INTERRUPT})
+COMPLIANT = "compliant"  # ``PackageState.preflight`` of a cycle check mode found compliant
 
 
 def uninstall_requested(pkg: Package) -> bool:
@@ -20,7 +21,10 @@ def uninstall_requested(pkg: Package) -> bool:
 
 
 def entry_interrupts(pkg: Package, entry: PackageState) -> list[Interrupt]:
-    """The interrupts the entry's cycle needs (``lifecycle.interrupts.cycle_interrupts``)."""
+    """The interrupts the entry's cycle needs (``lifecycle.interrupts.cycle_interrupts``); none
+    for a cycle check mode found compliant (recorded complete without running)."""
+    if entry.preflight == COMPLIANT:
+        return []
     if entry.stage in (Stage.UNINSTALL, Stage.UNINSTALL_INTERRUPT):
         changed: list[str] = []  # an uninstall cycle interrupts like an install
     else:

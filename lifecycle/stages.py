@@ -89,7 +89,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from lifecycle import cycles, durations, interrupts, peering, recovery, versions
+from lifecycle import cycles, durations, interrupts, peering, preflight, recovery, versions
 from lifecycle.actions import (
     Action,
     Cordon,
@@ -100,13 +100,24 @@ from lifecycle.actions import (
     EmitEvent,
     EventType,
     PatchNodeState,
+    SetAnnotations,
+    SetLabels,
     SetNodeStatus,
     Uncordon,
     VerifyReboot,
     WaitForPods,
 )
 from lifecycle.errors import InvalidVersionError
-from lifecycle.nodestate import CordonRecord, PackageState, Stage, StageState, package_key
+from lifecycle.nodestate import (
+    CordonRecord,
+    PackageState,
+    Stage,
+    StageState,
+    drift_label,
+    package_key,
+    preflight_annotation,
+)
+from lifecycle.preflight import Outcome, PreflightRecord
 from lifecycle.recovery import DEFAULT_OUTSIDE_RETRY, Cause, Due, OutsideRetry
 from lifecycle.results import AgentResult
 from lifecycle.spec import Interrupt, InterruptType, NodeWright, Package
@@ -178,6 +189,7 @@ class PodObservation:
     deleting: bool = False
     finished: datetime | None = None  # when its container ended (a kept failed pod's TTL)
     created: datetime | None = None  # the pull deadline counts from here
+    resource_id: str = ""  # the change it runs for; a check pod's: the basis it checks
 
     @property
     def live(self) -> bool:
@@ -241,6 +253,12 @@ class NodeInput:
     # How long a failed package pod is kept after it ended, for its log (a controller setting;
     # zero deletes it at once).
     failed_pod_ttl: timedelta = DEFAULT_FAILED_POD_TTL
+    # Check mode (``lifecycle.preflight``): the node's records by package, whether the planning
+    # step granted the node a check pod now (check pods have their own concurrency limit), and
+    # whether the node carries the drift label of this CR.
+    preflight: Mapping[str, PreflightRecord] = field(default_factory=dict)
+    may_check: bool = False
+    drift_labelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +289,13 @@ class NodePlan:
     requeue_at: datetime | None = None
     # Erroring, and a re-attempt is due (``lifecycle.recovery``): the rollout may pick it again.
     restart_due: bool = False
+    # Check mode: the node waits for a check's outcome before the rollout may pick it
+    # (``check_pending``), it wants a check pod it was not granted (``check_wanted``), and how many
+    # of its check pods run.
+    check_pending: bool = False
+    check_wanted: bool = False
+    checks_running: int = 0
+    preflight: Mapping[str, PreflightRecord] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------------------------
@@ -392,6 +417,12 @@ class _Work:
     restart_due: bool = False
     # (name, package, key) of the spec's packages by name; computed once per call (hot path)
     spec_items: list[tuple[str, Package, str]] | None = None
+    # check mode: records by package (updated in place), packages with a live check pod, ...
+    preflight: dict[str, PreflightRecord] = field(default_factory=dict)
+    checking: set[str] = field(default_factory=set)
+    check_pending: bool = False
+    check_wanted: bool = False
+    compliant: list[str] = field(default_factory=list)  # recorded complete by a check this pass
 
     @property
     def now(self) -> datetime:
@@ -411,10 +442,11 @@ def plan_node(inp: NodeInput) -> NodePlan:
     """Plan the next step of one node for one CR (see the module docstring for the rules)."""
     if inp.disabled:
         return _plan_disabled(inp)
-    work = _Work(inp=inp, state=dict(inp.state))
+    work = _Work(inp=inp, state=dict(inp.state), preflight=dict(inp.preflight))
     _observe_pods(work)
     _drive_interrupts(work)
     _drive_packages(work)
+    _drive_drift(work)
     _release_cordon(work)
     status, reason = _node_status(work)
     return _finish(work, status, reason)
@@ -427,7 +459,9 @@ def _plan_disabled(inp: NodeInput) -> NodePlan:
     stale entry; nothing new starts (no pod, stage, cordon, drain or retry) and the cordon we hold
     stays, as NodeWright's disable leaves it.
     """
-    work = _Work(inp=replace(inp, paused=True), state=dict(inp.state))
+    work = _Work(
+        inp=replace(inp, paused=True), state=dict(inp.state), preflight=dict(inp.preflight)
+    )
     _observe_pods(work)
     _drive_interrupts(work)
     return _finish(work, Status.DISABLED, "CR is disabled")
@@ -443,6 +477,7 @@ def _finish(work: _Work, status: Status, reason: str) -> NodePlan:
         head.append(PatchNodeState(node=node, cr=cr, set=changed, remove=removed))
     if status != inp.previous_status:
         head.append(SetNodeStatus(node=node, cr=cr, status=status))
+    head.extend(_preflight_writes(work))
     return NodePlan(
         node=node,
         status=status,
@@ -452,6 +487,10 @@ def _finish(work: _Work, status: Status, reason: str) -> NodePlan:
         failures=tuple(work.failures),
         requeue_at=min(work.wakeups) if work.wakeups else None,
         restart_due=work.restart_due,
+        check_pending=work.check_pending,
+        check_wanted=work.check_wanted,
+        checks_running=len(work.checking),
+        preflight=dict(work.preflight),
     )
 
 
@@ -488,6 +527,7 @@ def _converged(work: _Work, name: str, pkg: Package) -> bool:
         and _is_terminal(pkg, entry)
         and entry.config_hash == _hash(work, name, pkg)
         and not _content_changed(entry, pkg)
+        and not _remediating(work, name, pkg, entry)
     )
 
 
@@ -545,6 +585,9 @@ def _observe_pods(work: _Work) -> None:
     failed: list[PodObservation] = []  # failed package pods, recorded: kept for their log
     succeeded: set[str] = set()  # keys whose pod succeeded in this pass
     for pod in sorted(inp.pods, key=lambda p: p.name):
+        if pod.stages and pod.stages[0] in CHECK_STAGES:
+            _observe_check_pod(work, pod)
+            continue
         key = package_key(pod.package, pod.version)
         entry = work.state.get(key)
         if pod.deleting:
@@ -701,6 +744,8 @@ def _note_requests(work: _Work, key: str, entry: PackageState, pod: PodObservati
         entry.requested, reboot=result.reboot_requested, services=result.restart_services
     )
     declared = result.declared_interrupt or entry.declared
+    if entry.preflight in (Outcome.CHANGES.value, DRIFTED):
+        declared = entry.declared  # check mode knew what the handlers ask for: not the guess
     updated = work.put(
         key,
         entry,
@@ -1580,6 +1625,14 @@ def _start(work: _Work, name: str, pkg: Package, key: str, *, may_start: bool, k
     work.pending_new = True
     if kind != "uninstall" and not _deps_ready(work, name, pkg):
         return
+    checked: PreflightRecord | None = None
+    if _preflighted(work, pkg, key, kind):
+        checked = _checked(work, name, pkg, kind)
+        if checked is None:
+            return  # waiting for the check's outcome
+        if checked.outcome is Outcome.COMPLIANT:
+            _record_compliant(work, name, pkg, key, checked)
+            return
     if not may_start:
         return
     inp = work.inp
@@ -1605,6 +1658,11 @@ def _start(work: _Work, name: str, pkg: Package, key: str, *, may_start: bool, k
     known = inp.declared.get(key)
     if known is not None and (entry is None or entry.declared is None):
         base["declared"] = known
+    if checked is not None:
+        base.update(_checked_fields(checked))
+        work.preflight.pop(name, None)  # consumed: the entry records it from here on
+    elif kind != "uninstall":
+        base.update(preflight="", preflight_tasks=[])
     if kind == "install":
         stage, _ = _previous_version(work, name, pkg.version)
         entry = work.put(key, PackageState(stage=stage, state=StageState.IN_PROGRESS), **base)
@@ -1633,7 +1691,7 @@ def _after_complete(
 ) -> None:
     if _is_terminal(pkg, entry):
         wanted = content_id(pkg)
-        if entry.rerun or _content_changed(entry, pkg):
+        if entry.rerun or _content_changed(entry, pkg) or _remediating(work, name, pkg, entry):
             _start(work, name, pkg, key, may_start=may_start, kind="reapply")
         elif entry.content not in ("", wanted) and entry.config_hash == _hash(work, name, pkg):
             # Pinning (or unpinning) the digest of what runs is not a change of content: it
@@ -1870,8 +1928,313 @@ def _node_status(work: _Work) -> tuple[Status, str]:
         return Status.IN_PROGRESS, _truncate(note, 500)
     if work.blocked:
         return Status.BLOCKED, _truncate("; ".join(work.notes), 500)
+    if work.check_pending:
+        return Status.WAITING, _truncate("; ".join(work.notes) or "waiting for check mode", 500)
     if work.pending_new and not inp.allowed_to_start:
         if inp.unpickable:
             return Status.BLOCKED, _truncate(inp.unpickable, 500)
         return Status.WAITING, "waiting for the rollout to reach this node"
     return Status.WAITING, f"waiting: {', '.join(pending)}"
+
+
+# ---- check mode: preflight and drift (``lifecycle.preflight``) -------------------------------
+
+PREFLIGHT_STAGE = preflight.PREFLIGHT_STAGE
+DRIFT_STAGE = "drift"
+CHECK_STAGES = frozenset({PREFLIGHT_STAGE, DRIFT_STAGE})
+# ``PackageState.preflight`` of a cycle that remediates what a drift check found.
+DRIFTED = "drifted"
+_CHECKED_KINDS = frozenset({"install", "config", "reapply"})
+
+
+def _drift_record(work: _Work, name: str) -> PreflightRecord | None:
+    record = work.preflight.get(name)
+    return record if record is not None and record.drift else None
+
+
+def _preflighted(work: _Work, pkg: Package, key: str, kind: str) -> bool:
+    """The cycle about to open is decided by check mode: the package asks for a preflight, or
+    it remediates what a drift check found. A rerun (``nwb rerun``) runs the role regardless."""
+    entry = work.state.get(key)
+    if kind not in _CHECKED_KINDS or (entry is not None and entry.rerun):
+        return False
+    if pkg.preflight:
+        return True
+    name = key.partition("|")[0]
+    return kind == "reapply" and _drift_record(work, name) is not None
+
+
+def _had(work: _Work, name: str) -> str:
+    """What the node records of ``name`` (every version): part of a check's basis."""
+    rows = sorted(
+        (k, e.stage.value, e.state.value, e.config_hash, e.content)
+        for k, e in work.state.items()
+        if k.partition("|")[0] == name
+    )
+    return _stable_json(rows) if rows else "-"
+
+
+def _check_basis(work: _Work, name: str, pkg: Package, kind: str) -> str:
+    return preflight.basis(_fingerprint(work, name, pkg), kind, _had(work, name))
+
+
+def _check_chain(work: _Work, name: str, pkg: Package, kind: str) -> tuple[str, ...]:
+    """The stages a check of this cycle runs (no ``-check`` stages: they verify a change made)."""
+    if kind == "config":
+        stage = Stage.CONFIG
+    elif kind == "install":
+        stage, _ = _previous_version(work, name, pkg.version)
+    else:
+        stage = Stage.APPLY
+    return tuple(s.value for s in _CHAINS[stage])
+
+
+def _may_check(work: _Work) -> bool:
+    """A check pod may start: granted a check slot, or the node works for the rollout anyway."""
+    inp = work.inp
+    if inp.paused or work.interrupting or not inp.node.ready:
+        return False
+    return inp.may_check or inp.allowed_to_start or _node_started(work)
+
+
+def _checked(work: _Work, name: str, pkg: Package, kind: str) -> PreflightRecord | None:
+    """The check's outcome for the cycle about to open, or None while it is not known (a check
+    pod is started when the node may, else the node asks for a check slot)."""
+    basis = _check_basis(work, name, pkg, kind)
+    record = work.preflight.get(name)
+    if record is not None and record.basis == basis:
+        return record
+    work.check_pending = True
+    if name in work.checking:
+        work.notes.append(f"{name}: checking in check mode whether the node would change")
+        return None
+    if not _may_check(work):
+        work.check_wanted = True
+        work.notes.append(f"{name}: waiting for a check-mode slot")
+        return None
+    first = DRIFT_STAGE if record is not None and record.drift else PREFLIGHT_STAGE
+    _create_check_pod(work, name, pkg, (first, *_check_chain(work, name, pkg, kind)), basis)
+    return None
+
+
+def _create_check_pod(
+    work: _Work, name: str, pkg: Package, stages: tuple[str, ...], basis: str
+) -> None:
+    inp = work.inp
+    _, previous = _previous_version(work, name, pkg.version)
+    deadline = inp.now + _stage_timeout(pkg)
+    work.actions.append(
+        CreatePackagePod(
+            node=inp.node.name,
+            cr=inp.cr.metadata.name,
+            package=name,
+            version=pkg.version,
+            stages=stages,
+            resource_id=basis,
+            node_order=inp.node_order,
+            attempt=1,
+            config_hash=_hash(work, name, pkg),
+            deadline=deadline,
+            previous_version=previous,
+        )
+    )
+    work.checking.add(name)
+    work.notes.append(f"{name}: checking in check mode whether the node would change")
+    _wake(work, deadline)
+
+
+def _observe_check_pod(work: _Work, pod: PodObservation) -> None:
+    """A check pod: running (its deadline and pull deadline kept), or ended: its outcome is
+    recorded under the basis it ran for and the pod deleted (check pods keep nothing)."""
+    inp = work.inp
+    pkg = inp.cr.spec.packages.get(pod.package)
+    if pod.deleting:
+        if pod.live:
+            work.checking.add(pod.package)
+        return
+    if pkg is None or pod.version != pkg.version:
+        work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason="no longer wanted"))
+        return
+    drift = pod.stages[0] == DRIFT_STAGE
+    if pod.live:
+        created = pod.created or inp.now
+        timeout = _stage_timeout(pkg)
+        pull_at = _pull_deadline(work, pod, created)
+        if pull_at is not None and inp.now >= pull_at:
+            why = f"the check pod could not pull its image ({pod.waiting_reason})"
+        elif inp.now >= created + timeout:
+            why = f"the check pod did not finish within {_fmt_duration(timeout)}"
+        else:
+            work.checking.add(pod.package)
+            _wake(work, min(created + timeout, pull_at or created + timeout))
+            return
+        verdict = preflight.judge(None, pod_failure=why)
+        reason = "check deadline"
+    else:
+        failed = pod.phase is PodPhase.FAILED and (pod.result is None or pod.result.unparseable)
+        why = _pod_failure_text(pod) if failed else ""
+        verdict = preflight.judge(pod.result, pod_failure=why)
+        reason = "checked"
+    work.preflight[pod.package] = verdict.model_copy(
+        update={"basis": pod.resource_id, "at": rfc3339(inp.now), "drift": drift}
+    )
+    work.actions.append(DeletePod(name=pod.name, node=inp.node.name, reason=reason))
+
+
+def _checked_fields(record: PreflightRecord) -> dict[str, object]:
+    """What an entry opened after a check records: the outcome and, for ``changes``, the
+    interrupt the handlers that would fire ask for instead of the package's declared guess."""
+    outcome = DRIFTED if record.drift and record.outcome is Outcome.CHANGES else record.outcome
+    fields: dict[str, object] = {
+        "preflight": str(outcome),
+        "preflight_tasks": list(record.tasks[: preflight.MAX_TASKS]),
+    }
+    if record.outcome is Outcome.CHANGES:
+        fields["declared"] = None
+        fields["requested"] = record.interrupt
+    elif record.declared is not None:
+        fields["declared"] = record.declared
+    return fields
+
+
+def _record_compliant(
+    work: _Work, name: str, pkg: Package, key: str, record: PreflightRecord
+) -> None:
+    """Check mode found nothing to change: the cycle is complete without a pod, a cordon, a
+    drain or an interrupt, and takes no batch slot."""
+    inp = work.inp
+    hash_ = _hash(work, name, pkg)
+    entry = work.state.get(key) or PackageState(stage=Stage.CONFIG, state=StageState.COMPLETE)
+    work.put(
+        key,
+        entry,
+        stage=Stage.CONFIG,
+        state=StageState.COMPLETE,
+        attempts=0,
+        retry_at="",
+        message="",
+        started=rfc3339(inp.now),
+        resource_id=resource_id(inp.cr, name, pkg.version, hash_),
+        boot_id=None,
+        interrupt="",
+        declared=record.declared or entry.declared,
+        requested=None,
+        merged_with=[],
+        interrupt_by="",
+        cause="",
+        reattempt_at="",
+        reattempts=0,
+        rerun=False,
+        config_hash=hash_,
+        config_keys=_digests(work, name, pkg),
+        changed_keys=[],
+        content=content_id(pkg),
+        spec=_fingerprint(work, name, pkg),
+        pending_handlers=[],
+        preflight=Outcome.COMPLIANT.value,
+        preflight_tasks=[],
+    )
+    _drop_older_versions(work, name, pkg.version)
+    work.preflight.pop(name, None)
+    work.compliant.append(f"{name} {pkg.version}")
+
+
+def _drift_interval(work: _Work) -> timedelta | None:
+    detection = work.inp.cr.spec.drift_detection
+    if detection is None:
+        return None
+    return _duration(detection.interval, timedelta(hours=1))
+
+
+def _remediating(work: _Work, name: str, pkg: Package, entry: PackageState) -> bool:
+    """A drift check found this complete entry's node changed and the CR remediates drift."""
+    detection = work.inp.cr.spec.drift_detection
+    if detection is None or not detection.remediate:
+        return False
+    record = _drift_record(work, name)
+    if record is None or record.outcome is not Outcome.CHANGES:
+        return False
+    return entry.state is StageState.COMPLETE and record.basis == _check_basis(
+        work, name, pkg, "reapply"
+    )
+
+
+def _drive_drift(work: _Work) -> None:
+    """Drift detection: where the CR is complete on the node, check each package in check mode
+    every interval after its last check (jittered), paced by the check slots."""
+    interval = _drift_interval(work)
+    inp = work.inp
+    if interval is None or inp.paused:
+        return
+    items = _spec_items(work)
+    if any(not _converged(work, name, pkg) for name, pkg, _ in items):
+        return
+    for name, pkg, key in items:
+        entry = work.state.get(key)
+        if entry is None or _uninstall_requested(pkg) or name in work.checking:
+            continue
+        basis = _check_basis(work, name, pkg, "reapply")
+        record = _drift_record(work, name)
+        last = parse_time(record.at) if record is not None and record.basis == basis else None
+        last = last or parse_time(entry.updated) or inp.now
+        due = preflight.drift_due(last, interval, inp.node.name, name)
+        if inp.now < due:
+            _wake(work, due)
+            continue
+        if not _may_check(work):
+            work.check_wanted = True
+            continue
+        stages = (DRIFT_STAGE, *_check_chain(work, name, pkg, "reapply"))
+        _create_check_pod(work, name, pkg, stages, basis)
+
+
+def _drifted(work: _Work) -> bool:
+    """The node shows drift for this CR: a drift check found changes on a complete entry, or a
+    remediation of one is still open."""
+    for name, pkg, key in _spec_items(work):
+        entry = work.state.get(key)
+        record = _drift_record(work, name)
+        if entry is None:
+            continue
+        if entry.preflight == DRIFTED and not _is_terminal(pkg, entry):
+            return True
+        if (
+            record is not None
+            and record.outcome is Outcome.CHANGES
+            and entry.state is StageState.COMPLETE
+            and record.basis == _check_basis(work, name, pkg, "reapply")
+        ):
+            return True
+    return False
+
+
+def _preflight_writes(work: _Work) -> list[Action]:
+    """The check-mode bookkeeping of the pass: the records annotation, the drift label, and one
+    Event for the packages a check recorded complete without disruption."""
+    inp = work.inp
+    node, cr = inp.node.name, inp.cr.metadata.name
+    packages = inp.cr.spec.packages
+    for name in [n for n in work.preflight if n not in packages]:
+        del work.preflight[name]
+    out: list[Action] = []
+    if work.preflight != dict(inp.preflight):
+        value = preflight.dump_records(work.preflight)
+        out.append(SetAnnotations(node=node, annotations={preflight_annotation(cr): value}))
+    drifted = _drifted(work) if (work.preflight or inp.drift_labelled) else False
+    if drifted != inp.drift_labelled:
+        out.append(SetLabels(node=node, labels={drift_label(cr): "true" if drifted else None}))
+    if work.compliant:
+        what = ", ".join(work.compliant)
+        out.append(
+            EmitEvent(
+                kind="Node",
+                name=node,
+                reason="PreflightCompliant",
+                message=_truncate(
+                    f"{cr}: check mode found nothing to change for {what}; recorded complete "
+                    "without cordon, drain or interrupt",
+                    1000,
+                ),
+            )
+        )
+    return out

@@ -11,10 +11,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lifecycle import actions as act
-from lifecycle import nodestate
+from lifecycle import nodestate, preflight
 from lifecycle.nodestate import PackageState
+from lifecycle.preflight import PreflightRecord
 from lifecycle.recovery import DEFAULT_OUTSIDE_RETRY, OutsideRetry
-from lifecycle.results import AgentResult, Failure, StageResult, StageStatus
+from lifecycle.results import AgentResult, CheckReport, Failure, StageResult, StageStatus
 from lifecycle.spec import Interrupt, NodeWright
 from lifecycle.stages import NodeFacts, NodeInput, NodePlan, PodObservation, PodPhase, plan_node
 from lifecycle.status import Status
@@ -45,6 +46,30 @@ def failed_result(stage: str, task: str = "Set sysctl", message: str = "boom") -
     )
 
 
+def check_result(
+    changed: int = 0,
+    *,
+    tasks: tuple[str, ...] = (),
+    reboot: bool = False,
+    unsupported: tuple[str, ...] = (),
+    declared: Interrupt | None = None,
+) -> AgentResult:
+    """What a check-mode pod reports (``nwb-agent run --check``)."""
+    return AgentResult(
+        reboot_requested=reboot,
+        declared_interrupt=declared,
+        check=CheckReport(
+            changed=changed,
+            tasks=list(tasks),
+            unsupported=len(unsupported),
+            unsupported_tasks=list(unsupported),
+        ),
+    )
+
+
+CHECK_STAGES = ("preflight", "drift")
+
+
 @dataclass
 class World:
     cr: NodeWright
@@ -71,6 +96,12 @@ class World:
     outside_retry: OutsideRetry = DEFAULT_OUTSIDE_RETRY
     # Failed pods are deleted at once unless a test keeps them (the controller's default is 24h).
     failed_pod_ttl: timedelta = timedelta(0)
+    # Check mode: the node's records, whether the planning step grants a check pod, the drift
+    # label, and what each package's check pods report (default: nothing would change).
+    preflight: dict[str, PreflightRecord] = field(default_factory=dict)
+    may_check: bool = True
+    drift_labelled: bool = False
+    checks: dict[str, AgentResult] = field(default_factory=dict)
 
     def input(self) -> NodeInput:
         return NodeInput(
@@ -88,6 +119,9 @@ class World:
             new_slot=self.new_slot,
             outside_retry=self.outside_retry,
             failed_pod_ttl=self.failed_pod_ttl,
+            preflight=dict(self.preflight),
+            may_check=self.may_check,
+            drift_labelled=self.drift_labelled,
         )
 
     def plan(self) -> NodePlan:
@@ -128,7 +162,14 @@ class World:
             if name not in self.pods:
                 self.created.append(a)
                 self.pods[name] = PodObservation(
-                    name, a.package, a.version, a.stages, a.attempt, PodPhase.PENDING
+                    name,
+                    a.package,
+                    a.version,
+                    a.stages,
+                    a.attempt,
+                    PodPhase.PENDING,
+                    resource_id=a.resource_id,
+                    created=self.now,
                 )
         elif isinstance(a, act.CreateInterruptPod):
             name = f"{a.package}-{a.version}-{a.stage.value}-a{a.attempt}"
@@ -146,12 +187,24 @@ class World:
                 )
         elif isinstance(a, act.DeletePod):
             self.pods.pop(a.name, None)
+        elif isinstance(a, act.SetAnnotations):
+            key = nodestate.preflight_annotation(self.cr.metadata.name)
+            if key in a.annotations:
+                self.preflight = preflight.parse_records(a.annotations[key])
+        elif isinstance(a, act.SetLabels):
+            key = nodestate.drift_label(self.cr.metadata.name)
+            if key in a.labels:
+                self.drift_labelled = a.labels[key] == "true"
 
     # ---- pods and time -------------------------------------------------------------------
     def finish_pods(self, *, fail: str | None = None, reboot: bool = True) -> None:
         """End every live pod: success (a reboot interrupt reboots the node) or ``fail``."""
         for name, pod in list(self.pods.items()):
             if not pod.live:
+                continue
+            if pod.stages[0] in CHECK_STAGES:
+                result = self.checks.get(pod.package, check_result())
+                self.pods[name] = replace(pod, phase=PodPhase.SUCCEEDED, result=result)
                 continue
             if fail is not None and fail in (pod.package, "*"):
                 result = failed_result(pod.stages[0])
@@ -198,6 +251,9 @@ class World:
 
     def events(self, reason: str) -> list[act.EmitEvent]:
         return [a for a in self.log if isinstance(a, act.EmitEvent) and a.reason == reason]
+
+    def cordons(self) -> int:
+        return sum(1 for a in self.log if isinstance(a, act.Cordon))
 
     def created_stages(self) -> list[tuple[str, tuple[str, ...]]]:
         return [
