@@ -45,6 +45,8 @@ from lifecycle.nodestate import (
     RUNTIME_REQUIRED_TAINT_KEY,
     CordonRecord,
     batch_annotation,
+    drift_label,
+    preflight_annotation,
     release,
     state_annotation,
     status_key,
@@ -112,14 +114,19 @@ class NodeRelease:
 
 def keys_of(cr: str) -> tuple[str, ...]:
     """The annotation keys a CR writes on a Node (the status key is a label too)."""
-    return (state_annotation(cr), status_key(cr), batch_annotation(cr))
+    return (state_annotation(cr), status_key(cr), batch_annotation(cr), preflight_annotation(cr))
+
+
+def label_keys_of(cr: str) -> tuple[str, ...]:
+    """The label keys a CR writes on a Node."""
+    return (status_key(cr), drift_label(cr))
 
 
 def tracked(cr: str, node: HeldNode) -> bool:
     """The node carries a key or cordon hold of CR ``cr``: it is ours to clean up."""
     return bool(
         set(keys_of(cr)) & set(node.annotations)
-        or status_key(cr) in node.labels
+        or set(label_keys_of(cr)) & set(node.labels)
         or (node.cordon is not None and cr in node.cordon.holders)
     )
 
@@ -198,7 +205,7 @@ def plan_deletion(
 def release_changes(cr: str, node: HeldNode, *, remove_taint: bool) -> NodeRelease:
     """What ``ReleaseNode`` changes on ``node`` as it is now (nothing when nothing is ours)."""
     remove_annotations = tuple(k for k in sorted(keys_of(cr)) if k in node.annotations)
-    remove_labels = (status_key(cr),) if status_key(cr) in node.labels else ()
+    remove_labels = tuple(k for k in label_keys_of(cr) if k in node.labels)
     change = release(node.cordon, cr)
     return NodeRelease(
         remove_annotations=remove_annotations,

@@ -6,8 +6,9 @@ command around another reconciler factory (the runtime's own tests run one that 
 ``configure`` adds the NodeWright reconciler's settings (``--outside-retry``,
 ``--outside-retry-max``: the back-off of re-attempts after a failure outside the package, see
 ``lifecycle.recovery``; ``--image-pull-deadline``: how long a validation or package pod may fail
-to pull its image; ``--failed-pod-ttl``: how long a failed package pod is kept for its log) and
-builds the factory from them.
+to pull its image; ``--failed-pod-ttl``: how long a failed package pod is kept for its log;
+``--check-concurrency``: check-mode pods at once per CR, ``lifecycle.preflight``) and builds the
+factory from them.
 
 The controller namespace must exist (its Lease and node pods live there): a missing one is one
 error line and exit code 2, or with ``--create-namespace`` it is created.
@@ -29,7 +30,7 @@ from typing import Any
 
 import click
 
-from lifecycle import durations, recovery
+from lifecycle import durations, preflight, recovery
 from nodewright_bridge.clock import SystemClock
 from nodewright_bridge.commands.common import kube_options
 from nodewright_bridge.controller.validating import ValidationSettings
@@ -169,6 +170,15 @@ def _recovery_options(command: Callable[..., None]) -> Callable[..., None]:
             "package's timeouts.stage).",
         ),
         click.option(
+            "--check-concurrency",
+            type=click.IntRange(min=1),
+            default=preflight.DEFAULT_CONCURRENCY,
+            show_default=True,
+            help="Check-mode pods (packages with preflight: true, driftDetection) running at "
+            "once per NodeWright. They are read-only work: no cordon, outside the "
+            "compartments' budgets.",
+        ),
+        click.option(
             "--failed-pod-ttl",
             callback=_ttl,
             default="24h",
@@ -207,6 +217,7 @@ def make_command(
                     outside_retry=recovery.OutsideRetry(base=base, cap=cap, pull_deadline=pull),
                     validation=ValidationSettings(pull_deadline=pull),
                     failed_pod_ttl=ttl,
+                    check_concurrency=options.pop("check_concurrency"),
                 )
             )
         run(chosen, **options)

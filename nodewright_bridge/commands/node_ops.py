@@ -21,6 +21,8 @@ from lifecycle.nodestate import (
     CORDON_ANNOTATION,
     IGNORE_LABEL,
     batch_annotation,
+    drift_label,
+    preflight_annotation,
     state_annotation,
     status_key,
 )
@@ -184,6 +186,11 @@ def reset_patch(cr: str, node: JsonObject, packages: tuple[str, ...]) -> JsonObj
         new_labels[status_key(cr)] = None
     if change.clear_batch and batch_annotation(cr) in annotations:
         notes[batch_annotation(cr)] = None
+    if not packages:  # a full reset forgets the check-mode records and the drift label too
+        if preflight_annotation(cr) in annotations:
+            notes[preflight_annotation(cr)] = None
+        if drift_label(cr) in labels:
+            new_labels[drift_label(cr)] = None
     patch: JsonObject = {"metadata": {"annotations": notes}}
     if new_labels:
         patch["metadata"]["labels"] = new_labels

@@ -243,6 +243,8 @@ class Executor:
             self._remove_taint(node, action.key, action.effect)
         elif isinstance(action, actions.SetAnnotations):
             node.patch({"metadata": {"annotations": dict(action.annotations)}})
+        elif isinstance(action, actions.SetLabels):
+            node.patch({"metadata": {"labels": dict(action.labels)}})
         elif isinstance(action, actions.EmitEvent):
             node.after_write(lambda: self._emit(cr_name, action, cr))
         # VerifyReboot: the planner judges the next snapshot (new bootID + Ready); we requeue.

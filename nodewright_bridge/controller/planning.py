@@ -30,13 +30,14 @@ controller's back-off of re-attempts after an outside cause (``lifecycle.recover
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from lifecycle import (
     actions,
     aggregation,
     draining,
+    preflight,
     recovery,
     releasing,
     rollout,
@@ -99,7 +100,7 @@ class NodePlanner:
         kept = None if new_slot else self.settled.plan(cr, snap.name, key, now)
         if kept is not None:
             return kept
-        allowed, paused_key, order, unpickable = key
+        allowed, paused_key, order, unpickable, may_check = key
         node_plan = stages.plan_node(
             stages.NodeInput(
                 cr=cr,
@@ -118,6 +119,9 @@ class NodePlanner:
                 new_slot=new_slot,
                 outside_retry=self._outside_retry,
                 failed_pod_ttl=self._failed_pod_ttl,
+                preflight=snap.preflight,
+                may_check=may_check,
+                drift_labelled=snap.drift_labelled,
             )
         )
         self._learn(name, node_plan.state)
@@ -158,6 +162,7 @@ class PassPlan:
     tainting: dict[str, tuple[actions.Action, ...]]  # brand-new nodes: not planned this pass
     waiting_release: bool  # our pods on a released node must end first
     validation: validating.ValidationPlan  # check before cordon: pods, records, the gate
+    checks: frozenset[str] = frozenset()  # nodes granted a check pod (``lifecycle.preflight``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,10 +191,11 @@ def plan_key(
     paused: bool,
     order: int | None = None,
     unpickable: str = "",
+    may_check: bool = False,
 ) -> PlanKey:
     if order is None:
         order = snap.record.order if snap.record is not None else 0
-    return (allowed, paused, order, unpickable)
+    return (allowed, paused, order, unpickable, may_check)
 
 
 def node_view(
@@ -200,7 +206,7 @@ def node_view(
     status: Status | None = None,
 ) -> rollout.NodeView:
     status = status or (probe.status if probe is not None else (snap.status or Status.UNKNOWN))
-    return rollout.NodeView(
+    view = rollout.NodeView(
         name=snap.name,
         labels=snap.labels,
         taints=snap.taints,
@@ -212,6 +218,10 @@ def node_view(
         ready=ready,
         restart=probe is not None and probe.restart_due,
     )
+    if probe is not None and probe.check_pending:
+        # waiting for check mode's outcome: the rollout must not give it a slot it may not need
+        view = replace(view, ready=False)
+    return view
 
 
 def probe_views(
@@ -281,6 +291,7 @@ def plan_pass(
     planner: NodePlanner,
     written: Mapping[str, Status | None],
     validation: ValidationInputs | None = None,
+    check_limit: int = preflight.DEFAULT_CONCURRENCY,
 ) -> PassPlan:
     """Steps 1, 2, 3 and 5 of the module docstring (``written``: our last status of stale
     nodes; ``validation``: None while the CR is being deleted, which validates nothing)."""
@@ -318,7 +329,14 @@ def plan_pass(
         release = releasing.plan_release(cr, held, seen.crs, now)
         outside.extend(release.actions)
         waiting = waiting or release.waiting
-    return PassPlan(plan, probes, records, unpickable, outside, tainting, waiting, checked)
+    checks = frozenset[str]()
+    if checked.open and not seen.paused and not seen.disabled:
+        checks = preflight.grant(
+            (n for n, (_, p) in probes.items() if p.check_wanted),
+            running=sum(p.checks_running for _, p in probes.values()),
+            limit=check_limit,
+        )
+    return PassPlan(plan, probes, records, unpickable, outside, tainting, waiting, checked, checks)
 
 
 def _hold_if_gated(
@@ -331,8 +349,8 @@ def _hold_if_gated(
     gated: frozenset[str],
 ) -> stages.NodePlan:
     """A node in progress waits, as if paused, instead of starting work of a gated package."""
-    allowed, _, order, unpickable = key
-    paused_key: PlanKey = (allowed, True, order, unpickable)
+    allowed, _, order, unpickable, may_check = key
+    paused_key: PlanKey = (allowed, True, order, unpickable, may_check)
     paused = planner.plan(
         seen.cr, snap, paused_key, seen.now, paused=seen.paused, disabled=seen.disabled
     )
@@ -359,6 +377,7 @@ def node_works(
             paused=seen.paused or plan.paused,
             order=plan.orders.get(node),
             unpickable=passed.unpickable.get(node, ""),
+            may_check=node in passed.checks,
         )
         probe_key, probe = passed.probes[node]
         new_slot = node in plan.records  # picked into a new batch by this plan

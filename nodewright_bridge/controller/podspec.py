@@ -5,6 +5,10 @@ A node pod is bound to its node with ``spec.nodeName`` (the scheduler never sees
 host's ``/`` at ``/host``, and gets its inputs as files: vars as a ConfigMap (never on the command
 line or in env, where they would show in ``ps`` and pod specs), secrets as Secret volumes.
 
+A check pod (``lifecycle.preflight``: preflight and drift checks) is a node pod whose first
+stage is ``preflight`` or ``drift``: it runs the stages after it with ``nwb-agent run --check``,
+which changes nothing on the host.
+
 A validation pod (``lifecycle.validating``) gets the same vars and secret mounts but nothing of
 the host: not privileged, no host mount, no host PID; it only reads the package in its image.
 
@@ -128,6 +132,8 @@ def build_pod(req: PodRequest) -> dict[str, Any]:
         args = ["interrupt", "--type", req.interrupt_type]
         if req.interrupt_services:
             args += ["--services", ",".join(req.interrupt_services)]
+    elif first_stage in stages.CHECK_STAGES:  # check mode: the stages after the first
+        args = ["run", "--check", "--stages", ",".join(req.stages[1:])]
     else:
         args = ["run", "--stages", ",".join(req.stages)]
     volumes, mounts = _volumes(req, package)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from lifecycle import actions, aggregation, recovery, releasing, rollout, stages
+from lifecycle import actions, aggregation, preflight, recovery, releasing, rollout, stages
 from lifecycle.nodestate import RESET_COMPARTMENT_ANNOTATION, status_key
 from lifecycle.spec import DeploymentPolicy, NodeWright
 from lifecycle.status import NodeWrightStatus, Status
@@ -108,8 +108,10 @@ class NodeWrightReconciler:
         outside_retry: recovery.OutsideRetry = recovery.DEFAULT_OUTSIDE_RETRY,
         validation: validating.ValidationSettings | None = None,
         failed_pod_ttl: timedelta = stages.DEFAULT_FAILED_POD_TTL,
+        check_concurrency: int = preflight.DEFAULT_CONCURRENCY,
     ) -> None:
         self._rest = rest
+        self._check_concurrency = check_concurrency
         self._validation = validation or validating.ValidationSettings()
         self._writer = writer
         self._stores = stores
@@ -247,7 +249,9 @@ class NodeWrightReconciler:
                 ),
                 settings=self._validation,
             )
-        passed = planning.plan_pass(seen, self._planner, written, checking)
+        passed = planning.plan_pass(
+            seen, self._planner, written, checking, check_limit=self._check_concurrency
+        )
         outcome, results, planned = self._apply(seen, passed)
         if results.failures:
             self._keep_failure_logs(name, results.failures)

@@ -27,7 +27,7 @@ from nodewright_bridge.controller.snapshot import NodeSnapshot, Stores, meta_of,
 
 # What a node's plan depends on besides its snapshot: (allowed to start, paused, node order, why
 # the rollout cannot pick it). The probe is planned with (False, <CR paused>, <recorded order>, "").
-PlanKey = tuple[bool, bool, int, str]
+PlanKey = tuple[bool, bool, int, str, bool]
 
 
 @dataclass(slots=True)

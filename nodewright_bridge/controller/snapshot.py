@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from lifecycle import (
     draining,
     peering,
+    preflight,
     releasing,
     results,
     selectors,
@@ -48,9 +49,12 @@ from lifecycle.nodestate import (
     CordonRecord,
     PackageState,
     batch_annotation,
+    drift_label,
+    preflight_annotation,
     state_annotation,
     status_key,
 )
+from lifecycle.preflight import PreflightRecord
 from lifecycle.spec import DeploymentPolicy, LabelSelector, NodeWright
 from lifecycle.stages import INTERRUPT_STAGES, NodeFacts, PodObservation, PodPhase
 from lifecycle.status import Status
@@ -64,6 +68,7 @@ JsonObject = dict[str, Any]
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 ATTEMPT_ANNOTATION = "bridge.nodewright.io/attempt"
 STAGES_ANNOTATION = "bridge.nodewright.io/stages"
+RESOURCE_ID_ANNOTATION = "bridge.nodewright.io/resource-id"
 LABEL_CR = "bridge.nodewright.io/cr"
 LABEL_PACKAGE = "bridge.nodewright.io/package"
 LABEL_VERSION = "bridge.nodewright.io/version"
@@ -314,6 +319,7 @@ def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
         deleting=bool(meta.get("deletionTimestamp")),
         finished=finished,
         created=parse_time(meta.get("creationTimestamp")),
+        resource_id=str(annotations.get(RESOURCE_ID_ANNOTATION, "")),
     )
 
 
@@ -344,6 +350,9 @@ class NodeSnapshot:
     # each blocking PDB with the pods it keeps here; the podNonInterruptLabels pods running here
     pdb_pods: tuple[tuple[str, tuple[str, ...]], ...] = ()
     protected_pods: tuple[str, ...] = ()
+    # check mode (``lifecycle.preflight``): the node's records and whether it is labelled drifted
+    preflight: Mapping[str, PreflightRecord] = field(default_factory=dict)
+    drift_labelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -568,6 +577,8 @@ def snapshot_node(
         package_pod_versions=pod_versions(package_pods),
         pdb_pods=facts.pdb_pods,
         protected_pods=protected,
+        preflight=preflight.parse_records(annotations.get(preflight_annotation(cr_name))),
+        drift_labelled=labels.get(drift_label(cr_name)) == "true",
     )
 
 

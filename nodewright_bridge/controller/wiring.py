@@ -2,7 +2,8 @@
 reconciler to the runtime's informers, writer, Events, metrics and clock; ``reconciler_factory``
 does the same with the controller's settings (``ReconcilerSettings``: the back-off of
 re-attempts after an outside cause, ``--outside-retry``/``--outside-retry-max``, the
-validation step's ``--image-pull-deadline`` and ``--failed-pod-ttl``).
+validation step's ``--image-pull-deadline``, ``--failed-pod-ttl`` and the check pods' limit
+``--check-concurrency``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import functools
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from lifecycle import recovery, stages
+from lifecycle import preflight, recovery, stages
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.controller.reconciler import NodeWrightReconciler
 from nodewright_bridge.controller.snapshot import Stores
@@ -27,6 +28,7 @@ class ReconcilerSettings:
     outside_retry: recovery.OutsideRetry = recovery.DEFAULT_OUTSIDE_RETRY
     validation: ValidationSettings = field(default_factory=ValidationSettings)
     failed_pod_ttl: timedelta = stages.DEFAULT_FAILED_POD_TTL
+    check_concurrency: int = preflight.DEFAULT_CONCURRENCY
 
 
 def build_reconciler(
@@ -57,6 +59,7 @@ def build_reconciler(
         outside_retry=chosen.outside_retry,
         validation=chosen.validation,
         failed_pod_ttl=chosen.failed_pod_ttl,
+        check_concurrency=chosen.check_concurrency,
     )
 
 

@@ -38,6 +38,10 @@ under the test) watches on from its last revision; a server whose watch cache st
   no holders, and, if the controller left any trace on it, has no
   ``bridge.nodewright.io/runtime-required`` taint; ``expect_held`` exempts a node whose intended
   end state keeps a hold (a paused CR, a controller stopped on purpose, an erroring node).
+- ``compliant``: a node check mode recorded compliant for a CR (an entry of
+  ``bridge.nodewright.io/state-<cr>`` turning ``preflight: compliant``) was neither cordoned by
+  that CR nor rebooted since the CR was last complete on it: a compliant node is never
+  disrupted for the change it did not need.
 - ``unobserved``: every node the test added was seen at least once, so nothing passes vacuously.
 """
 
@@ -75,14 +79,17 @@ UNAVAILABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
 RESOURCE_ID = f"{PREFIX}resource-id"
 PACKAGE_LABEL = f"{PREFIX}package"
-PDB, UNDRAINED, REBOOTS, HUMAN, LEAK, UNOBSERVED = (
+PDB, UNDRAINED, REBOOTS, HUMAN, LEAK, UNOBSERVED, COMPLIANT = (
     "pdb",
     "undrained",
     "reboots",
     "human-cordon",
     "leak",
     "unobserved",
+    "compliant",
 )
+STATE_PREFIX = f"{PREFIX}state-"
+STATUS_PREFIX = f"{PREFIX}status-"
 
 
 def _clock(at: float) -> str:
@@ -137,6 +144,8 @@ class NodeFacts:
     tainted: bool  # carries the runtime-required taint
     traced: bool  # carries an annotation or label of ours (other than the user's ignore label)
     boot_id: str
+    complete: frozenset[str] = frozenset()  # CRs whose status label says complete
+    compliant: frozenset[str] = frozenset()  # "<cr>/<package>|<version>" recorded compliant
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +246,29 @@ def node_facts(obj: Mapping[str, Any]) -> NodeFacts:
         tainted=any(t.get("key") == TAINT for t in spec.get("taints") or ()),
         traced=bool(ours),
         boot_id=str(((obj.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""),
+        complete=frozenset(
+            k.removeprefix(STATUS_PREFIX)
+            for k, v in labels.items()
+            if k.startswith(STATUS_PREFIX) and v == "complete"
+        ),
+        compliant=_compliant_entries(notes),
     )
+
+
+def _compliant_entries(notes: Mapping[str, str]) -> frozenset[str]:
+    found: set[str] = set()
+    for key, text in notes.items():
+        if not key.startswith(STATE_PREFIX) or "compliant" not in text:
+            continue
+        try:
+            entries = json.loads(text)
+        except ValueError:
+            continue
+        cr = key.removeprefix(STATE_PREFIX)
+        for name, entry in entries.items() if isinstance(entries, dict) else ():
+            if isinstance(entry, dict) and entry.get("preflight") == "compliant":
+                found.add(f"{cr}/{name}")
+    return frozenset(found)
 
 
 def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
@@ -423,6 +454,9 @@ class NodeHistory:
     incarnation: int = 0  # bumped when the Node is deleted: a node registered again is new
     holds: int = 0  # controller hold episodes (no holders -> some), over all incarnations
     rebooted_by: dict[str, Reboot] = field(default_factory=dict)  # change -> its first reboot
+    complete_at: dict[str, int] = field(default_factory=dict)  # CR -> last revision complete
+    hold_starts: list[tuple[int, str]] = field(default_factory=list)  # (revision, CR) cordons
+    boot_changes: list[int] = field(default_factory=list)  # revisions of bootID changes
 
     def forget(self) -> None:
         """The Node was deleted: what is tied to the machine goes with it."""
@@ -508,6 +542,33 @@ class Replay:
             )
         for pod in self._running_interrupts(c.key):
             self._quiet(c.key, c, ("interrupt", pod.key), f"interrupt pod {pod.key} Running", [pod])
+        self._compliance(c, history, before, now)
+
+    def _compliance(
+        self, c: Change, history: NodeHistory, before: NodeFacts | None, now: NodeFacts
+    ) -> None:
+        """The ``compliant`` rule: no cordon by the CR and no reboot since it was last complete
+        on the node, up to the revision that records an entry of it compliant."""
+        for cr in set(now.holders) - set(before.holders if before else ()):
+            history.hold_starts.append((c.revision, cr))
+        if before is not None and before.boot_id and now.boot_id != before.boot_id:
+            history.boot_changes.append(c.revision)
+        for entry in sorted(now.compliant - (before.compliant if before else frozenset())):
+            cr = entry.partition("/")[0]
+            since = history.complete_at.get(cr, 0)
+            cordons = [r for r, holder in history.hold_starts if holder == cr and r > since]
+            boots = [r for r in history.boot_changes if r > since]
+            if cordons or boots:
+                self._say(
+                    ("compliant", c.key, entry, c.revision),
+                    COMPLIANT,
+                    c.key,
+                    c,
+                    f"recorded {entry} compliant, yet since {cr} was last complete here (rv "
+                    f"{since}) it was cordoned by {cr} at rv {cordons} and rebooted at rv {boots}",
+                )
+        for cr in now.complete:
+            history.complete_at[cr] = c.revision
 
     def _pods(self, c: Change) -> None:
         before = self.pods.pop(c.key, None)

@@ -15,7 +15,17 @@ from typing import Any
 
 import pytest
 from e2e_harness import E2E, NAMESPACE, SIM_REGISTRY, World, wait_for
-from invariants import CORDON, HUMAN, LEAK, PDB, REBOOTS, TAINT, UNDRAINED, UNOBSERVED
+from invariants import (
+    COMPLIANT,
+    CORDON,
+    HUMAN,
+    LEAK,
+    PDB,
+    REBOOTS,
+    TAINT,
+    UNDRAINED,
+    UNOBSERVED,
+)
 from kubernetes import client
 
 pytestmark = pytest.mark.e2e
@@ -232,6 +242,40 @@ def test_lifting_a_humans_cordon_is_reported_and_releasing_a_controller_hold_is_
     (seen,) = report.violations
     assert seen.subject == human and "a human's cordon" in seen.message, report.text()
     assert "became schedulable" in seen.message, report.text()
+
+
+def test_a_node_recorded_compliant_after_a_cordon_for_its_cycle_is_reported(bare: World) -> None:
+    spared, disrupted = bare.add_nodes(2)
+    status = "bridge.nodewright.io/status-fake"
+    for node in (spared, disrupted):
+        patch(bare, node, {"metadata": {"labels": {status: "complete"}}})
+        patch(bare, node, {"metadata": {"labels": {status: "waiting"}}})  # a new version
+    held = json.dumps({"holders": ["fake"], "wasUnschedulable": False})
+    patch(
+        bare,
+        disrupted,
+        {"metadata": {"annotations": {CORDON: held}}, "spec": {"unschedulable": True}},
+    )
+    entry = json.dumps(
+        {"tune|2.0.0": {"stage": "config", "state": "complete", "preflight": "compliant"}}
+    )
+    for node in (spared, disrupted):
+        patch(
+            bare,
+            node,
+            {
+                "metadata": {
+                    "annotations": {"bridge.nodewright.io/state-fake": entry, CORDON: None},
+                    "labels": {status: "complete"},
+                },
+                "spec": {"unschedulable": False},
+            },
+        )
+
+    report = bare.invariants.collect(end_state=False)
+    assert report.kinds() == {COMPLIANT}, report.text()
+    (seen,) = report.violations
+    assert seen.subject == disrupted and "cordoned by fake" in seen.message, report.text()
 
 
 def test_a_hold_left_at_the_end_is_reported_unless_the_test_expects_it(bare: World) -> None:

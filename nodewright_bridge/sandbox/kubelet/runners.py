@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Protocol
 
 from lifecycle import durations
-from lifecycle.results import AgentResult
+from lifecycle.results import AgentResult, CheckReport
 from lifecycle.validating import VALIDATION_LABEL, ValidationResult
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode
 
@@ -44,6 +44,8 @@ MANAGED_BY_VALUE = "nodewright-bridge"
 DURATION_ANNOTATION = "sandbox.nodewright.io/duration"
 EXIT_CODE_ANNOTATION = "sandbox.nodewright.io/exit-code"
 MESSAGE_ANNOTATION = "sandbox.nodewright.io/message"
+# On a simulated node: what its check pods report (see ``default_message``).
+WOULD_CHANGE_LABEL = "sandbox.nodewright.io/would-change"
 # A package pod without a duration annotation still takes a moment, like a quick real run.
 DEFAULT_PACKAGE_DURATION_SECONDS = 1.0
 # Exit code reported for a container that was killed (128 + SIGKILL), as a real runtime does.
@@ -277,14 +279,19 @@ class SimulateRunner:
             raise ContainerStartError(f"bad sandbox annotation: {exc}") from exc
         message = notes.get(MESSAGE_ANNOTATION)
         if message is None:
-            message = default_message(spec) if spec.is_package_pod else ""
+            message = default_message(spec, node) if spec.is_package_pod else ""
         return SimulatedContainer(
             deadline=time.monotonic() + duration, exit_code=exit_code, message=message
         )
 
 
-def default_message(spec: ContainerSpec) -> str:
-    """A successful agent result for a package pod, as the real agent would write."""
+def default_message(spec: ContainerSpec, node: SimNode | None = None) -> str:
+    """A successful agent result for a package pod, as the real agent would write.
+
+    A check pod (``run --check``) reports nothing to change, unless its node carries the label
+    ``sandbox.nodewright.io/would-change`` (``true``: one task would change; ``reboot``: and
+    the reboot handler would fire), so scale runs can mix compliant and changing nodes.
+    """
     if spec.is_validation_pod:
         passed = ValidationResult(
             package=spec.pod_labels.get(VALIDATION_LABEL, ""),
@@ -296,4 +303,13 @@ def default_message(spec: ContainerSpec) -> str:
         package=spec.pod_labels.get("bridge.nodewright.io/package", ""),
         version=spec.pod_labels.get("bridge.nodewright.io/version", ""),
     )
+    if "--check" in spec.args:
+        would = (node.labels if node is not None else {}).get(WOULD_CHANGE_LABEL, "")
+        changed = 1 if would in ("true", "reboot") else 0
+        result = result.model_copy(
+            update={
+                "check": CheckReport(changed=changed, tasks=["simulated change"][:changed]),
+                "reboot_requested": would == "reboot",
+            }
+        )
     return result.to_termination_message()

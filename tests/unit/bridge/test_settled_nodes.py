@@ -18,7 +18,7 @@ from nodewright_bridge.controller.settled import PlanKey, SettledNodes
 from nodewright_bridge.k8s.foreground import Foreground
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-KEY: PlanKey = (False, False, 0, "")
+KEY: PlanKey = (False, False, 0, "", False)
 
 
 def make_cr(**annotations: str) -> NodeWright:
