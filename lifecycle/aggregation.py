@@ -55,6 +55,7 @@ from lifecycle.spec import NodeWright
 from lifecycle.stages import NodeFailure, rfc3339
 from lifecycle.status import (
     RECENT_FAILURES_MAX,
+    CheckCounts,
     CompartmentStatus,
     Condition,
     NodeWrightStatus,
@@ -170,6 +171,15 @@ def carries_ignore_label(labels: Mapping[str, str]) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class DriftView:
+    """A node a drift check found changed: the first package and the tasks it named."""
+
+    node: str
+    package: str
+    tasks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class AggregationInput:
     cr: NodeWright
     nodes: Sequence[NodeStatusView]  # every targeted node, with its status for this CR
@@ -200,6 +210,10 @@ class AggregationInput:
     validating: Sequence[str] = ()
     # the validation records to keep in status; None keeps the previous ones
     validations: Mapping[str, PackageValidation] | None = None
+    # check mode (``lifecycle.preflight``): node -> compliant|changing|unknown of its current
+    # cycle, and the drifted nodes with the first drifted package and its tasks (``Drifted``)
+    checks: Mapping[str, str] = field(default_factory=dict)
+    drifted: Sequence[DriftView] = ()
 
 
 def rollout_input(
@@ -218,6 +232,8 @@ def rollout_input(
     waiting_on: Sequence[str] = (),
     deletion_pending: Sequence[str] | None = None,
     validation: ValidationPlan | None = None,
+    checks: Mapping[str, str] | None = None,
+    drifted: Sequence[DriftView] = (),
 ) -> AggregationInput:
     """The aggregation input for one reconcile: the rollout plan plus what the reconcile saw.
 
@@ -249,7 +265,10 @@ def rollout_input(
         now=now,
         previous=previous,
         failures=failures,
-        compartments={name: cp.status for name, cp in plan.compartments.items()},
+        compartments={
+            name: _with_checks(cp.status, cp.assigned, checks or {})
+            for name, cp in plan.compartments.items()
+        },
         node_order_offset=plan.next_node_order,
         paused=plan.paused,
         disabled=plan.disabled,
@@ -266,7 +285,35 @@ def rollout_input(
         spec_failures=validation.failures if validation is not None else (),
         validating=validation.pending if validation is not None else (),
         validations=validation.records if validation is not None else None,
+        checks=dict(checks or {}),
+        drifted=sorted(drifted, key=lambda d: d.node),
     )
+
+
+def _with_checks(
+    status: CompartmentStatus, nodes: Sequence[str], checks: Mapping[str, str]
+) -> CompartmentStatus:
+    """The compartment's status with the check-mode counts of its nodes (unset: none checked)."""
+    outcomes = [checks[n] for n in nodes if checks.get(n)]
+    if not outcomes:
+        return status
+    counts = CheckCounts(
+        compliant=outcomes.count("compliant"),
+        changing=outcomes.count("changing"),
+        unknown=outcomes.count("unknown"),
+    )
+    return status.model_copy(update={"checks": counts})
+
+
+def checks_summary(checks: Mapping[str, str]) -> str:
+    """``"3 compliant, 2 changing"`` over every node (zeros left out), or empty."""
+    outcomes = list(checks.values())
+    parts = [
+        f"{outcomes.count(kind)} {kind}"
+        for kind in ("compliant", "changing", "unknown")
+        if outcomes.count(kind)
+    ]
+    return ", ".join(parts)
 
 
 def pdb_blocks_of(
@@ -336,6 +383,8 @@ def aggregate(inp: AggregationInput) -> NodeWrightStatus:
         _taint_not_tolerable(inp.untolerable_nodes),
         _nodes_ignored(inp.ignored_nodes),
     ]
+    if cr.spec.drift_detection is not None or inp.drifted:
+        conditions.append(_drifted(inp.drifted))
     if inp.malformed:
         conditions.append(_node_state_malformed(inp.malformed))
     if inp.deletion_pending:
@@ -354,6 +403,7 @@ def aggregate(inp: AggregationInput) -> NodeWrightStatus:
         node_order_offset=inp.node_order_offset,
         policy=policy,
         validations=dict(inp.validations if inp.validations is not None else previous.validations),
+        checks=checks_summary(inp.checks),
     )
 
 
@@ -629,6 +679,15 @@ def _taint_not_tolerable(nodes: Sequence[str]) -> Condition:
         many="have taints that are not tolerable. Skipping.",
     )
     return _cond("TaintNotTolerable", True, "TaintNotTolerable", message)
+
+
+def _drifted(drifted: Sequence[DriftView]) -> Condition:
+    if not drifted:
+        return _cond("Drifted", False, "NoDrift", "no node drifted from the applied packages")
+    first = drifted[0]
+    tasks = f" (tasks: {', '.join(first.tasks)})" if first.tasks else ""
+    message = f"{len(drifted)} node(s) drifted; first: {first.node}, package {first.package}{tasks}"
+    return _cond("Drifted", True, "NodesDrifted", _clip(message))
 
 
 def _nodes_ignored(nodes: Sequence[str]) -> Condition:

@@ -32,6 +32,7 @@ from enum import StrEnum
 from pydantic import Field, ValidationError
 
 from lifecycle import interrupts
+from lifecycle.nodestate import PackageState
 from lifecycle.results import AgentResult
 from lifecycle.spec import Interrupt
 from lifecycle.wire import WireModel
@@ -170,3 +171,47 @@ def dump_records(records: Mapping[str, PreflightRecord]) -> str | None:
         return None
     wire = {name: records[name].to_wire() for name in sorted(records)}
     return json.dumps(wire, separators=(",", ":"), sort_keys=True)
+
+
+# ---- reporting: bounded counts for the CR status ---------------------------------------------
+
+CHANGING = "changing"
+_BY_ENTRY = {
+    Outcome.COMPLIANT.value: Outcome.COMPLIANT,
+    Outcome.CHANGES.value: Outcome.CHANGES,
+    "drifted": Outcome.CHANGES,
+    Outcome.UNKNOWN.value: Outcome.UNKNOWN,
+}
+
+
+def node_check(
+    versions: Mapping[str, str],
+    state: Mapping[str, PackageState],
+    records: Mapping[str, PreflightRecord],
+) -> str:
+    """What check mode says of one node's current cycle (``versions``: package -> version of
+    the CR): ``unknown`` if any package's check could not tell, else ``changing`` if any would
+    change, else ``compliant``; empty when no check decided anything there."""
+    found: set[Outcome] = set()
+    for name, version in versions.items():
+        record = records.get(name)
+        if record is not None and not record.drift:
+            found.add(record.outcome)  # checked, waiting for its cycle to open
+            continue
+        entry = state.get(f"{name}|{version}")
+        if entry is not None and entry.preflight in _BY_ENTRY:
+            found.add(_BY_ENTRY[entry.preflight])
+    if Outcome.UNKNOWN in found:
+        return Outcome.UNKNOWN.value
+    if Outcome.CHANGES in found:
+        return CHANGING
+    return Outcome.COMPLIANT.value if found else ""
+
+
+def drift_found(records: Mapping[str, PreflightRecord]) -> tuple[str, tuple[str, ...]] | None:
+    """The first package (by name) a drift check found changed, with the tasks it named."""
+    for name in sorted(records):
+        record = records[name]
+        if record.drift and record.outcome is Outcome.CHANGES:
+            return name, tuple(record.tasks)
+    return None

@@ -180,6 +180,7 @@ class CompartmentPlan:
     started: bool
     evaluated: tuple[BatchOutcome, ...]
     stop_reason: str | None
+    assigned: tuple[str, ...] = ()  # every node of the compartment
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,6 +510,7 @@ def plan_rollout(
             started=started,
             evaluated=tuple(outcomes[name]),
             stop_reason=stop_reason,
+            assigned=tuple(n.name for n in assigned),
         )
 
     released: list[str] = []

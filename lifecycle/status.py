@@ -59,6 +59,14 @@ class BatchState(WireModel):
     )
 
 
+class CheckCounts(WireModel):
+    """Nodes of a compartment by what check mode (``preflight``) found for their current cycle."""
+
+    compliant: int = Field(default=0, description="Nothing would change: never disrupted.")
+    changing: int = Field(default=0, description="Would change: the paced path.")
+    unknown: int = Field(default=0, description="Check mode could not tell: the declared path.")
+
+
 class CompartmentStatus(WireModel):
     matched: int = Field(default=0, description="Nodes assigned to this compartment.")
     ceiling: int = Field(default=0, description="Budget ceiling.")
@@ -68,6 +76,9 @@ class CompartmentStatus(WireModel):
     progress_percent: int = Field(default=0, description="completed*100/matched.")
     strategy: str = Field(default="", description="fixed, linear, exponential or empty.")
     batch_state: BatchState | None = Field(default=None, description="Batch bookkeeping.")
+    checks: CheckCounts | None = Field(
+        default=None, description="Check-mode outcomes of the nodes (packages with preflight)."
+    )
 
 
 class RecentFailure(WireModel):
@@ -119,6 +130,11 @@ class NodeWrightStatus(WireModel):
     )
     node_order_offset: int = Field(default=0, description="Nodes that left the batch order.")
     policy: str = Field(default="", description="Deployment policy in use (printer column).")
+    checks: str = Field(
+        default="",
+        description='Check-mode outcomes over all nodes, e.g. "3 compliant, 2 changing" '
+        "(printer column; empty without preflight).",
+    )
     validations: dict[str, PackageValidation] = Field(
         default_factory=dict,
         description="Per package: the last validation of its spec (checked before any node).",

@@ -617,6 +617,7 @@ def nodewright_crd() -> Schema:
         {"name": "InProgress", "type": "integer", "jsonPath": ".status.nodesInProgress"},
         {"name": "Packages", "type": "string", "jsonPath": ".status.packageList"},
         {"name": "Policy", "type": "string", "jsonPath": ".spec.deploymentPolicy"},
+        {"name": "Checks", "type": "string", "jsonPath": ".status.checks"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     return _crd(

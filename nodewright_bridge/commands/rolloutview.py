@@ -29,6 +29,7 @@ from lifecycle.nodestate import (
     IGNORE_LABEL,
     PackageState,
     batch_annotation,
+    drift_label,
     state_annotation,
     status_key,
 )
@@ -94,6 +95,7 @@ class NodeRow:
     message: str = ""
     updated: str = ""
     packages: tuple[PackageRow, ...] = ()  # every entry, in package order
+    check: str = ""  # what check mode found for the shown entry (compliant, changes, ...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +111,7 @@ class CompartmentRow:
     failed: int
     batch: int | None
     stopped: str = ""
+    checks: str = ""  # check-mode counts, e.g. "3 compliant, 1 changing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +139,7 @@ class RolloutView:
     nodes: tuple[NodeRow, ...]
     recent_failures: tuple[dict[str, str], ...] = ()
     problems: tuple[str, ...] = field(default=())
+    checks: str = ""  # status.checks: check-mode outcomes over all nodes
 
     def condition(self, kind: str) -> ConditionRow | None:
         return next((c for c in self.conditions if c.type == kind), None)
@@ -193,6 +197,7 @@ class RolloutView:
                     "failed": c.failed,
                     "batch": c.batch,
                     "stopped": c.stopped,
+                    "checks": c.checks,
                 }
                 for c in self.compartments
             },
@@ -200,6 +205,7 @@ class RolloutView:
             "nodeCounts": self.counts(),
             "recentFailures": list(self.recent_failures),
             "problems": list(self.problems),
+            "checks": self.checks,
         }
 
 
@@ -333,6 +339,7 @@ def node_row(
         message=" ".join(entry.message.split())[: MESSAGE_WIDTH * 4],
         updated=entry.updated,
         packages=every,
+        check="drifted" if labels.get(drift_label(cr_name)) == "true" else entry.preflight,
     )
 
 
@@ -443,6 +450,7 @@ def build_view(
                     batch=_int(batch_state.get("currentBatch"), 1)
                     if isinstance(batch_state, Mapping)
                     else None,
+                    checks=_checks_text(raw.get("checks")),
                     stopped=_stopped_reason(conditions, str(comp_name))
                     or (
                         "stopped by failureThreshold"
@@ -476,8 +484,17 @@ def build_view(
             nodes=tuple(rows),
             recent_failures=failures,
             problems=tuple(problems),
+            checks=str(status.get("checks") or ""),
         )
     )
+
+
+def _checks_text(raw: object) -> str:
+    """``{compliant: 3, changing: 1}`` as ``3 compliant, 1 changing`` (zeros left out)."""
+    if not isinstance(raw, Mapping):
+        return ""
+    kinds = ("compliant", "changing", "unknown")
+    return ", ".join(f"{_int(raw.get(k))} {k}" for k in kinds if _int(raw.get(k)))
 
 
 def _empty_default(name: str, raw: Mapping[str, Any]) -> bool:
@@ -545,6 +562,8 @@ def header(view: RolloutView) -> Text:
         text.append(f"  packages {view.packages}")
     if view.policy:
         text.append(f"  policy {view.policy}")
+    if view.checks:
+        text.append(f"  checks {view.checks}")
     if view.observed_generation is not None and view.observed_generation < view.generation:
         text.append(
             f"  (generation {view.generation} not yet observed; status is for "
@@ -589,7 +608,11 @@ def compartments_table(view: RolloutView) -> Table:
         "stopped",
     ):
         table.add_column(column)
+    checked = any(c.checks for c in view.compartments)
+    if checked:
+        table.add_column("checks")
     for comp in view.compartments:
+        extra = (comp.checks or "-",) if checked else ()
         table.add_row(
             comp.name,
             comp.strategy or "-",
@@ -600,6 +623,7 @@ def compartments_table(view: RolloutView) -> Table:
             Text(str(comp.completed), style="green" if comp.completed else ""),
             Text(str(comp.failed), style="red" if comp.failed else ""),
             Text(_short(comp.stopped, 60), style="red") if comp.stopped else "",
+            *extra,
         )
     return table
 
@@ -630,7 +654,7 @@ def nodes_table(
             _styled(row.status),
             f"{row.package} {row.version}".strip() or "-",
             row.stage or "-",
-            row.state or "-",
+            f"{row.state} ({row.check})" if row.check and row.state else (row.state or "-"),
             str(row.attempts) if row.attempts else "-",
             Text(_short(row.message), style="red") if failing and row.message else "",
         )

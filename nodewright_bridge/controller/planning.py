@@ -454,6 +454,26 @@ def drain_views(seen: Observation, status: Mapping[str, Status]) -> list[aggrega
     return views
 
 
+def check_views(seen: Observation) -> tuple[dict[str, str], list[aggregation.DriftView]]:
+    """Every targeted node's check-mode outcome for its current cycle and the drifted nodes
+    (``lifecycle.preflight``): the per-compartment counts and ``Drifted``. Nothing to read for a
+    CR that neither preflights a package nor detects drift."""
+    spec = seen.cr.spec
+    if spec.drift_detection is None and not any(p.preflight for p in spec.packages.values()):
+        return {}, []
+    versions = {name: pkg.version for name, pkg in spec.packages.items()}
+    checks: dict[str, str] = {}
+    drifted: list[aggregation.DriftView] = []
+    for snap in _targeted(seen):
+        outcome = preflight.node_check(versions, snap.state, snap.preflight)
+        if outcome:
+            checks[snap.name] = outcome
+        found = preflight.drift_found(snap.preflight) if snap.drift_labelled else None
+        if found is not None:
+            drifted.append(aggregation.DriftView(snap.name, found[0], found[1]))
+    return checks, drifted
+
+
 def ignored_nodes(seen: Observation) -> list[str]:
     """Targeted nodes carrying the ignore label, whatever their status (``NodesIgnored``)."""
     return sorted(s.name for s in _targeted(seen) if aggregation.carries_ignore_label(s.labels))

@@ -318,6 +318,7 @@ class NodeWrightReconciler:
         """Step 4: aggregate and write the status, post the rollout's Events, set metrics."""
         cr, old, plan = seen.cr, seen.old, passed.rollout
         name = cr.metadata.name
+        checks, drifted = planning.check_views(seen)
         status = aggregation.aggregate(
             aggregation.rollout_input(
                 cr,
@@ -334,6 +335,8 @@ class NodeWrightReconciler:
                 waiting_on=seen.waiting_on,
                 deletion_pending=uninstall_pending,
                 validation=passed.validation,
+                checks=checks,
+                drifted=drifted,
             )
         )
         self._announce_deletion_blocked(name, cr, old, status)

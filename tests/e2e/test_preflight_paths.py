@@ -51,3 +51,9 @@ def test_only_the_nodes_that_would_change_are_cordoned_and_interrupted(world: Wo
     assert sorted(e.involved_object.name for e in events if cr in e.message) == sorted(spared)
     status = world.cr_status(cr)
     assert status["completeNodes"] == "5/5"
+    assert status["checks"] == "3 compliant, 2 changing"
+    assert status["compartments"]["__default__"]["checks"] == {
+        "compliant": 3,
+        "changing": 2,
+        "unknown": 0,
+    }

@@ -111,6 +111,7 @@ def test_nodewright_has_status_and_printer_columns_and_policy_has_neither() -> N
         "InProgress": ".status.nodesInProgress",
         "Packages": ".status.packageList",
         "Policy": ".spec.deploymentPolicy",
+        "Checks": ".status.checks",
         "Age": ".metadata.creationTimestamp",
     }
     status = nw["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]

@@ -343,6 +343,7 @@ def test_the_json_shape_is_stable() -> None:
         "nodeCounts",
         "recentFailures",
         "problems",
+        "checks",
     }
     assert data["nodes"]["a100-1"] == {
         "status": "in_progress",
@@ -355,6 +356,7 @@ def test_the_json_shape_is_stable() -> None:
         "attempts": 1,
         "message": "",
         "updated": "2025-01-01T00:01:00Z",
+        "check": "",
         "packages": [
             {
                 "package": "kmod-blacklist",
