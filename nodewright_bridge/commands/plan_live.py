@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from lifecycle import simulation, validation
+from lifecycle import preflight, simulation, validation
 from lifecycle.errors import SpecError
 from lifecycle.nodestate import state_annotation
 from lifecycle.rollout import NodeView
@@ -64,6 +64,7 @@ class LiveNode:
     reason: str
     blocking_pdbs: tuple[str, ...] = ()
     note: str = ""
+    check: str = ""  # check mode (preflight): compliant, changing, unknown, or waiting for it
 
 
 @dataclass
@@ -154,14 +155,17 @@ def read_inputs(
         batch_states={c: s.batch_state for c, s in old.compartments.items() if s.batch_state},
         cr_source=source,
     )
+    versions = {n: p.version for n, p in cr.spec.packages.items()}
     for node, snap in seen.snaps.items():
         probe = probes[node][1]
+        check = preflight.node_check(versions, snap.state, probe.preflight)
         inputs.details[node] = LiveNode(
             name=node,
             status=str(probe.status),
             pending=probe.status is not Status.COMPLETE,
             reason=probe.reason,
             blocking_pdbs=snap.blocking_pdbs,
+            check="to check" if probe.check_pending else check,
         )
     for node, snap in seen.malformed.items():
         # The controller leaves such a node untouched until the annotation is fixed.
@@ -238,6 +242,7 @@ def to_json(inputs: LiveInputs, sim: simulation.Simulation) -> dict[str, object]
             "reason": d.reason,
             "blockingPdbs": list(d.blocking_pdbs),
             **({"note": d.note} if d.note else {}),
+            **({"check": d.check} if d.check else {}),
         }
         for name, d in sorted(inputs.details.items())
     }
@@ -253,15 +258,23 @@ def to_json(inputs: LiveInputs, sim: simulation.Simulation) -> dict[str, object]
 def render_extra(inputs: LiveInputs, console: Console) -> None:
     """After the offline tables: the nodes' current state and the PDBs that would block."""
     table = Table(title="nodes now (from the cluster)", title_justify="left")
-    for column in ("node", "status", "work left", "blocking PDBs", "why"):
+    checked = any(d.check for d in inputs.details.values())
+    columns = ("node", "status", "work left", *(("check mode",) if checked else ()))
+    for column in (*columns, "blocking PDBs", "why"):
         table.add_column(column, overflow="fold")
     for name, d in sorted(inputs.details.items()):
         table.add_row(
             name,
             d.status,
             "yes" if d.pending else "no",
+            *((d.check or "-",) if checked else ()),
             ", ".join(d.blocking_pdbs) or "-",
             d.note or d.reason,
+        )
+    if checked:
+        console.print(
+            "nodes marked 'to check' run check mode first: a compliant one takes no batch slot",
+            highlight=False,
         )
     console.print(table)
     blocks: dict[str, list[str]] = {}

@@ -8,8 +8,13 @@ in ``test_preflight_roles.py``).
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from click.testing import CliRunner
 from e2e_harness import SIM_REGISTRY, World, wait_for
+
+from nodewright_bridge.cli import main
 
 pytestmark = pytest.mark.e2e
 
@@ -57,3 +62,18 @@ def test_only_the_nodes_that_would_change_are_cordoned_and_interrupted(world: Wo
         "changing": 2,
         "unknown": 0,
     }
+
+    # what nwb plan --live and nwb status show of it
+    kube = ["--kubeconfig", str(world.env.kubeconfig)]
+    live = CliRunner().invoke(main, ["plan", "--live", "--name", cr, "-o", "json", *kube])
+    assert live.exit_code == 0, live.output
+    nodes = json.loads(live.stdout)["nodes"]
+    assert {n: nodes[n]["check"] for n in spared + changing} == {
+        **dict.fromkeys(spared, "compliant"),
+        **dict.fromkeys(changing, "changing"),
+    }
+    shown = CliRunner().invoke(main, ["status", cr, "-o", "json", *kube])
+    view = json.loads(shown.stdout)
+    assert view["checks"] == "3 compliant, 2 changing"
+    assert view["compartments"]["__default__"]["checks"] == "3 compliant, 2 changing"
+    assert {view["nodes"][n]["check"] for n in spared} == {"compliant"}
