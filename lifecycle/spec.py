@@ -40,8 +40,8 @@ RESERVED_COMPARTMENT = "__default__"  # the implicit compartment of nodes no sel
 TAG_PATTERN = r"^[^,\s]([^,]*[^,\s])?$"
 TAGS_MAX = 64
 TAG_MAX_CHARS = 128
-# A drift check is a pod per node and package: more often than this would keep a fleet busy.
-MIN_DRIFT_INTERVAL_SECONDS = 60
+# A drift check is a pod per node and package; below this a fleet would do nothing but check.
+MIN_DRIFT_INTERVAL_SECONDS = 10
 
 _PACKAGE_NAME = re.compile(PACKAGE_NAME_PATTERN)
 _DIGEST = re.compile(DIGEST_PATTERN)
@@ -555,7 +555,7 @@ class DriftDetection(InputModel):
     interval: str = Field(
         default="1h",
         description="How often each package is checked in check mode on nodes where the CR is "
-        "complete (Go duration, at least 1m; each node's check is jittered by up to a tenth).",
+        "complete (Go duration, at least 10s; each node's check is jittered by up to a tenth).",
     )
     remediate: bool = Field(
         default=False,
@@ -567,7 +567,7 @@ class DriftDetection(InputModel):
     def _go_duration(cls, value: str) -> str:
         checked = _duration(value)
         if parse_duration(checked).total_seconds() < MIN_DRIFT_INTERVAL_SECONDS:
-            raise _fail(f'"{value}" is shorter than 1m')
+            raise _fail(f'"{value}" is shorter than 10s')
         return checked
 
 
