@@ -16,15 +16,23 @@ from typing import Any
 import click
 import yaml
 
+from lifecycle import preflight
 from lifecycle.results import AgentResult
 from lifecycle.spec import Interrupt, InterruptType
 from playbook_adapter import argspec, introspection
 from playbook_adapter.errors import PackageError
 from playbook_adapter.manifest import MANIFEST_FILE, PackageManifest
 
+EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+DEFAULT_STAGES = "apply,apply-check,config,config-check"
+# What a preflight checks: the stages that change the node (checks would only read it).
+CHECK_STAGES = "apply,config"
+# As on a node whose CR sets no interrupt: restart handlers become requests, so the check shows
+# which units would restart.
+CHECK_ENV = {"NW_DEFER_RESTARTS": "true"}
 
 
 def _fail(error: PackageError, code: int = EXIT_BAD_INPUT) -> None:
@@ -137,19 +145,33 @@ def _inspect_image(reference: str) -> tuple[PackageManifest, int, str]:
 )
 @click.option(
     "--stages",
-    default="apply,apply-check,config,config-check",
-    show_default=True,
-    help="Comma-separated stages.",
+    help=f"Comma-separated stages [default: {DEFAULT_STAGES}; with --check {CHECK_STAGES}].",
 )
 @click.option(
     "--vars", "vars_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Vars file (YAML or JSON object).",
 )  # fmt: skip
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Check mode (--check --diff): show what would change, which handlers would fire and "
+    "the preflight outcome; change nothing on the root.",
+)
 @click.option("--watch", is_flag=True, help="Re-run whenever the role or the vars file changes.")
 def test(
-    *, role_dir: Path, root: Path | None, stages: str, vars_file: Path | None, watch: bool
+    *,
+    role_dir: Path,
+    root: Path | None,
+    stages: str | None,
+    vars_file: Path | None,
+    check: bool,
+    watch: bool,
 ) -> None:
-    """Run the stages against a root filesystem, isolated, with the node agent's code."""
+    """Run the stages against a root filesystem, isolated, with the node agent's code.
+
+    With --check: exit 0 when the outcome is compliant or changes, 1 when it is unknown (or the
+    run failed), 2 for bad input.
+    """
     from nodewright_bridge.sandbox import roletesting  # noqa: PLC0415 - Linux namespaces only
     from nodewright_bridge.sandbox.isolation import IsolationError  # noqa: PLC0415 - likewise
 
@@ -162,10 +184,17 @@ def test(
             for problem in exc.problems:
                 click.echo(f"error: {problem}", err=True)
             return EXIT_BAD_INPUT
-        click.echo(f"--- {info.manifest.name} {info.manifest.version}: {stages} on {target}")
-        run = roletesting.run_stages(role_dir, target, stages, values=values)
+        mode = " (check mode)" if check else ""
+        chosen = stages or (CHECK_STAGES if check else DEFAULT_STAGES)
+        click.echo(f"--- {info.manifest.name} {info.manifest.version}: {chosen} on {target}{mode}")
+        run = roletesting.run_stages(
+            role_dir, target, chosen, values=values, check=check,
+            extra_env=CHECK_ENV if check else None,
+        )  # fmt: skip
         _print_result(run.result)
-        return run.exit_code
+        if not check:
+            return run.exit_code
+        return _print_check(run.result, run.exit_code)
 
     def loop(target: Path) -> int:
         # Ctrl-C is how a watch ends: the exit code is the last complete run's, or 130 when it
@@ -261,6 +290,45 @@ def _print_result(result: AgentResult) -> None:
     if result.pending_handlers:
         owed = ", ".join(result.pending_handlers)
         click.echo(f"handlers owed to the next run: {owed}")
+
+
+def _print_check(result: AgentResult, exit_code: int) -> int:
+    """What a check run found and its preflight outcome (one line, last); the exit code."""
+    report = result.check
+    if report is not None:
+        fired = [t for t in report.tasks if t.startswith("handler: ")]
+        if report.changed:
+            more = len(report.tasks) < report.changed
+            click.echo(f"would change: {report.changed} task(s){' (first shown)' if more else ''}")
+            for task in report.tasks:
+                click.echo(f"  {task}")
+        if fired:
+            names = ", ".join(t.removeprefix("handler: ") for t in fired)
+            click.echo(f"handlers that would fire: {names}")
+        if report.unsupported:
+            click.echo(f"check mode cannot tell: {report.unsupported} task(s)")
+            for task in report.unsupported_tasks:
+                click.echo(f"  {task}")
+    if exit_code == EXIT_BAD_INPUT:
+        return EXIT_BAD_INPUT
+    record = preflight.judge(result)
+    if record.outcome is preflight.Outcome.COMPLIANT:
+        click.echo("outcome: compliant (nothing would change; no pod, no drain)")
+        return EXIT_OK
+    if record.outcome is preflight.Outcome.CHANGES:
+        implied = _interrupt_text(record.interrupt) if record.interrupt else "none"
+        click.echo(f"outcome: changes ({report.changed if report else 0} task(s)), "
+                   f"interrupt {implied}")  # fmt: skip
+        return EXIT_OK
+    declared = _interrupt_text(record.declared) if record.declared else "none"
+    reason = record.tasks[0] if record.tasks else "check mode could not tell"
+    click.echo(f"outcome: unknown: {reason} (the declared path: interrupt {declared})")
+    return EXIT_FAILED
+
+
+def _interrupt_text(interrupt: Interrupt) -> str:
+    units = f" ({', '.join(interrupt.services)})" if interrupt.services else ""
+    return f"{interrupt.type.value}{units}"
 
 
 def _indent(text: str, spaces: int) -> str:

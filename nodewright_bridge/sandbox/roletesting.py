@@ -87,12 +87,14 @@ def run_stages(
     state: Path | None = None,
     capture: bool = False,
     out: IO[bytes] | None = None,
+    check: bool = False,
 ) -> RoleTestRun:
-    """``nwb-agent run --stages STAGES`` isolated on ``root``; see the module docstring."""
+    """``nwb-agent run --stages STAGES`` (``--check`` with ``check``: what would change, nothing
+    changed) isolated on ``root``; see the module docstring."""
     return _agent(
         role_or_package,
         root,
-        ["run", "--stages", stages],
+        ["run", *(["--check"] if check else []), "--stages", stages],
         values=values,
         secrets=secrets,
         extra_env=extra_env,

@@ -28,10 +28,15 @@ def main() -> None:
     show_default=True,
     help="Comma-separated stages, run in this order; the first failure stops the rest.",
 )
-def run_command(stages: str) -> None:
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Check mode (--check --diff): report what would change, change nothing on the host.",
+)
+def run_command(stages: str, check: bool) -> None:
     """Run the role's task files for the given stages against the host."""
     settings = _settings()
-    outcome = running.run(settings, stages)
+    outcome = running.run(settings, stages, check=check)
     sys.exit(outcome.exit_code)
 
 

@@ -12,6 +12,10 @@ Outputs:
   deferred ``restartServices``, see ``deferring``) and the handlers still owed when the run ends
   (``handlers.HandlerTracker``) for the AgentResult.
 
+Check mode (``check``, ``nwb-agent run --check``): the lines say ``would change`` (with a short
+diff summary, then the diff itself, indented) and ``cannot tell`` for a task check mode could not
+answer for; ``check_report`` sums them up (``checking`` reads the results).
+
 Secrets: every string value of a secret or no_log var is replaced by ``********`` in everything
 written (stdout and JSONL) - a role may echo a var in a module's ``msg`` or args.
 Stages are recognised by the marker play ``nodewright:<stage>`` that starts each stage.
@@ -28,9 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from lifecycle.results import Failure, StageResult, StageStatus
+from lifecycle.results import MAX_CHECK_TASKS, CheckReport, Failure, StageResult, StageStatus
+from playbook_adapter.agent import checking
 from playbook_adapter.agent.deferring import REBOOT_FACT, RESTART_FACT
-from playbook_adapter.agent.handlers import HandlerTracker
+from playbook_adapter.agent.handlers import HandlerTracker, in_handlers_file
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +55,9 @@ RESULT_EVENTS = {
     "runner_on_skipped",
     "runner_on_unreachable",
 }
+ITEM_SKIPPED = "runner_item_on_skipped"
+HANDLER_PREFIX = "handler: "
+DIFF_INDENT = "    "
 
 
 @dataclass(slots=True)
@@ -73,6 +81,7 @@ class EventCollector:
     clock: Callable[[], float]
     secrets: Iterable[str] = ()
     out: IO[str] = field(default_factory=lambda: sys.stdout)
+    check: bool = False
     current: str | None = None
     failure: Failure | None = None
     reboot_requested: bool = False
@@ -83,6 +92,9 @@ class EventCollector:
     _secrets: list[str] = field(default_factory=list)
     _log: IO[str] | None = None
     log_files: list[Path] = field(default_factory=list)
+    would_change: list[str] = field(default_factory=list)
+    unsupported: list[str] = field(default_factory=list)
+    _item_skips: dict[str, str] = field(default_factory=dict)
     recent: collections.deque[str] = field(
         default_factory=lambda: collections.deque(maxlen=OUTPUT_TAIL_LINES)
     )
@@ -112,10 +124,21 @@ class EventCollector:
         if self.current is not None:
             self._write(event)
         plumbing = data.get("task_action") in PLUMBING_ACTIONS and kind == "runner_on_ok"
+        if kind == ITEM_SKIPPED and self.check and self.current is not None:
+            self._item_skipped(data)
         if kind in RESULT_EVENTS and self.current is not None and not plumbing:
-            self._count(kind, data)
+            self._count(kind, data, event.get("stdout"))
             self.handlers.observe(kind, data)
         return False
+
+    def check_report(self) -> CheckReport:
+        """What a check run found (names cut to ``MAX_CHECK_TASKS``; the counts are whole)."""
+        return CheckReport(
+            changed=len(self.would_change),
+            tasks=self.would_change[:MAX_CHECK_TASKS],
+            unsupported=len(self.unsupported),
+            unsupported_tasks=self.unsupported[:MAX_CHECK_TASKS],
+        )
 
     @property
     def pending_handlers(self) -> list[str]:
@@ -181,26 +204,37 @@ class EventCollector:
         line = json.dumps(event, default=str, separators=(",", ":"))
         self._log.write(self.redact(line) + "\n")
 
-    def _count(self, kind: str, data: Mapping[str, Any]) -> None:
+    def _count(self, kind: str, data: Mapping[str, Any], stdout: object = None) -> None:
         assert self.current is not None
         tally = self.tallies[self.current]
         res: Mapping[str, Any] = data.get("res") or {}
         task = str(data.get("task") or data.get("task_action") or "")
         action = str(data.get("task_action") or "")
+        item_skip = self._item_skips.pop(str(data.get("task_uuid") or ""), None)
         if kind == "runner_on_ok":
-            self._requests(task, res)
+            asked = self._requests(task, res)
             tally.ok += 1
             changed = bool(res.get("changed")) if isinstance(res, Mapping) else False
             tally.changed += int(changed)
-            self._line("changed" if changed else "ok", task)
+            if self.check:
+                self._checked_ok(data, task, res, changed=changed or asked, item_skip=item_skip)
+            else:
+                self._line("changed" if changed else "ok", task)
         elif kind == "runner_on_skipped":
             tally.skipped += 1
-            self._line("skipping", task)
+            why = self._check_skip(stdout, action, item_skip) if self.check else None
+            if why is not None:
+                self._cannot_tell(_label(data, task), why)
+            else:
+                self._line("skipping", task)
         elif kind == "runner_on_failed":
             ignored = bool(data.get("ignore_errors"))
             tally.failed += int(not ignored)
             message = self.redact(failure_message(res))
             self._line("failed" if not ignored else "failed (ignored)", task, message)
+            if ignored and self.check:
+                why = "failed in check mode (ignored)"
+                self.unsupported.append(self.redact(f"{_label(data, task)}: {why}"))
             if not ignored:
                 self.failure = Failure(
                     stage=self.current, task=task, action=action, message=message
@@ -213,21 +247,67 @@ class EventCollector:
                 stage=self.current, task=task, action=action or "connection", message=message
             )
 
-    def _requests(self, task: str, res: Mapping[str, Any]) -> None:
-        """A deferred reboot or restart (``deferring``) shows as a fact in the task's result."""
+    def _requests(self, task: str, res: Mapping[str, Any]) -> bool:
+        """A deferred reboot or restart (``deferring``) shows as a fact in the task's result;
+        True when this result asked for one."""
+        asked = False
         items = res.get("results") if isinstance(res, Mapping) else None
         for part in [res, *(items if isinstance(items, list) else ())]:
             facts = part.get("ansible_facts") if isinstance(part, Mapping) else None
             if not isinstance(facts, Mapping):
                 continue
-            if _truthy(facts.get(REBOOT_FACT)) and not self.reboot_requested:
-                self.reboot_requested = True
-                self.reasons.append(f"reboot requested by {task!r}")
+            if _truthy(facts.get(REBOOT_FACT)):
+                asked = True
+                if not self.reboot_requested:
+                    self.reboot_requested = True
+                    self.reasons.append(f"reboot requested by {task!r}")
             units = facts.get(RESTART_FACT)
             for unit in units if isinstance(units, list) else ():
                 if isinstance(unit, str) and unit and unit not in self.restart_services:
+                    asked = True
                     self.restart_services.append(unit)
                     self.reasons.append(f"restart of {unit} requested by {task!r}")
+        return asked
+
+    def _item_skipped(self, data: Mapping[str, Any]) -> None:
+        """Remember the first item of a loop that check mode skipped (the task's event follows)."""
+        uuid = str(data.get("task_uuid") or "")
+        res = data.get("res")
+        why = checking.check_mode_skip(res if isinstance(res, Mapping) else None, "")
+        if why is not None and uuid and uuid not in self._item_skips:
+            self._item_skips[uuid] = why
+
+    def _check_skip(self, stdout: object, action: str, item_skip: str | None) -> str | None:
+        res = checking.skipped_result(stdout)
+        if res is not None and res.get("msg") == checking.ALL_ITEMS_SKIPPED:
+            return item_skip
+        return checking.check_mode_skip(res, action)
+
+    def _checked_ok(
+        self,
+        data: Mapping[str, Any],
+        task: str,
+        res: Mapping[str, Any],
+        *,
+        changed: bool,
+        item_skip: str | None,
+    ) -> None:
+        name = _label(data, task)
+        skipped = item_skip or (checking.skipped_items(res) if isinstance(res, Mapping) else None)
+        if not changed:
+            self._line("ok", name)
+        else:
+            self.would_change.append(self.redact(name))
+            entries = checking.diff_entries(res) if isinstance(res, Mapping) else []
+            self._line("would change", name, checking.diff_summary(entries))
+            for line in checking.diff_lines(entries):
+                self.detail(DIFF_INDENT + line)
+        if skipped is not None:
+            self._cannot_tell(name, skipped)
+
+    def _cannot_tell(self, task: str, why: str) -> None:
+        self.unsupported.append(self.redact(f"{task}: {why}"))
+        self._line("cannot tell", task, why)
 
     def _line(self, status: str, task: str, message: str = "") -> None:
         line = f"{status:<9} {self.current}  {self.redact(task)}"
@@ -237,6 +317,10 @@ class EventCollector:
                 flat = flat[: MAX_LINE_MESSAGE - 1] + "…"
             line += f": {flat}"
         self.say(line)
+
+    def detail(self, line: str) -> None:
+        """Print a line for people reading along (a diff), kept out of the result's tail."""
+        print(self.redact(line), file=self.out, flush=True)
 
     def say(self, line: str) -> None:
         """Print one human log line (redacted) and remember it for the result's output tail."""
@@ -269,6 +353,12 @@ def failure_message(res: object) -> str:
     if "rc" in res and res.get("rc") not in (None, 0):
         parts.append(f"rc={res['rc']}")
     return "; ".join(parts) or "failed"
+
+
+def _label(data: Mapping[str, Any], task: str) -> str:
+    """A check report's name for a task: handlers as ``handler: <name>``."""
+    handler = in_handlers_file(str(data.get("task_path") or ""))
+    return f"{HANDLER_PREFIX}{task}" if handler else task
 
 
 def _truthy(value: object) -> bool:

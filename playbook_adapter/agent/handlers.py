@@ -155,7 +155,7 @@ class HandlerTracker:
             return
         res = data.get("res")
         failed = kind == "runner_on_failed" and not data.get("ignore_errors")
-        if _in_handlers_file(task_path) and not failed:
+        if in_handlers_file(task_path) and not failed:
             answers = _answers_to(task)
             self.pending = [n for n in self.pending if not reachable(n, answers)]
         changed = isinstance(res, Mapping) and bool(res.get("changed"))
@@ -165,5 +165,6 @@ class HandlerTracker:
                     self.pending.append(name)
 
 
-def _in_handlers_file(task_path: str) -> bool:
+def in_handlers_file(task_path: str) -> bool:
+    """Is this task (Ansible's ``file:line``) a handler, i.e. from a ``handlers/`` file?"""
     return "/handlers/" in task_path.rpartition(":")[0]

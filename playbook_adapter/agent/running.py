@@ -4,6 +4,14 @@ Why this order: everything that can be wrong with the inputs (manifest, missing 
 against the argument schema, unknown stages) is checked before Ansible starts, so a bad CR fails
 fast with exit 2 and a message naming the field, instead of half-applying a role.
 
+Check mode (``check``, ``nwb-agent run --check``): the same stages run with ``ansible-playbook
+--check --diff -v`` (``-v`` so that a skipped task's event says why, see ``checking``) and change
+nothing the agent owns on the host: the handlers a failed run left owed are read and notified
+again (so they count as changes) but the ledger is never written, no reboot-required file is
+watched, and the event logs go to a ``check/`` directory of their own, pruned apart, so check runs
+never push a real run's log out. The result carries ``check`` (``CheckReport``); a task that fails
+in check mode fails the run as it would a real one.
+
 Exit codes: 0 all stages ok; 1 a task or check failed (the result names stage, task, action and
 message); 2 bad input. The AgentResult is written to the termination log in every case.
 """
@@ -49,6 +57,12 @@ EXIT_BAD_INPUT = 2
 SECRET_VAR_FILE_SUFFIXES = (".json", ".yml", ".yaml")
 # Left by package managers (Debian/Ubuntu) when an update needs a reboot; /var/run is /run.
 REBOOT_REQUIRED_FILE = "run/reboot-required"
+# ansible-playbook options of a check run; -v puts a skipped task's result into its event.
+CHECK_CMDLINE = "--check --diff -v"
+# The skipped result is read back as JSON from that line (the default callback's format, pinned).
+CHECK_ENV = {"ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
+# Check runs' event logs, under the package version's log directory (pruned on their own).
+CHECK_LOG_SUBDIR = "check"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +153,10 @@ def run(
     out: IO[str] | None = None,
     clock: Callable[[], float] = time.monotonic,
     keep_data_dir: bool = False,
+    check: bool = False,
 ) -> RunOutcome:
-    """Run the stages and write the termination message; never raises for bad input."""
+    """Run the stages (in check mode with ``check``) and write the termination message; never
+    raises for bad input."""
     out = out or sys.stdout
     manifest: PackageManifest | None = None
     try:
@@ -153,7 +169,7 @@ def run(
         secrets = load_secret_vars(settings.secrets_dir)
         argspec.validate_vars(manifest.argument_schema, {**values, **secrets})
         outcome = _run_checked(
-            settings, manifest, stages, values, secrets, out, clock, keep_data_dir
+            settings, manifest, stages, values, secrets, out, clock, keep_data_dir, check
         )
     except BadInputError as exc:
         for problem in exc.problems:
@@ -197,13 +213,14 @@ def _run_checked(  # noqa: PLR0917 - private, called once with everything valida
     out: IO[str],
     clock: Callable[[], float],
     keep_data_dir: bool,
+    check: bool,
 ) -> RunOutcome:
     no_log = argspec.no_log_vars(manifest.argument_schema)
     redact = secret_strings(secrets) + secret_strings(
         {k: v for k, v in values.items() if k in no_log}
     )
     timestamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    log_dir = _event_log_dir(settings, manifest)
+    log_dir = _event_log_dir(settings, manifest, check=check)
     data_dir = Path(tempfile.mkdtemp(prefix="nwb-agent-"))
     ledger = handlers.ledger_path(settings.host_root, settings.cr, manifest.name)
     owed = handlers.load_pending(ledger)
@@ -214,8 +231,9 @@ def _run_checked(  # noqa: PLR0917 - private, called once with everything valida
         clock=clock,
         secrets=redact,
         out=out,
+        check=check,
     )
-    reboot_marker = _stat(settings.host_path(REBOOT_REQUIRED_FILE))
+    reboot_marker = None if check else _stat(settings.host_path(REBOOT_REQUIRED_FILE))
     try:
         prepared = prepare(
             data_dir,
@@ -242,18 +260,22 @@ def _run_checked(  # noqa: PLR0917 - private, called once with everything valida
                 private_data_dir=str(data_dir),
                 playbook=prepared.playbook,
                 inventory=prepared.inventory,
-                envvars=prepared.envvars,
+                envvars={**prepared.envvars, **(CHECK_ENV if check else {})},
                 event_handler=collector.handle,
                 tags=",".join(settings.tags) or None,
                 skip_tags=",".join(settings.skip_tags) or None,
                 quiet=True,
                 settings={"suppress_ansible_output": True},
+                cmdline=CHECK_CMDLINE if check else None,
             )
             status, rc = str(runner.status), int(runner.rc if runner.rc is not None else -1)
             if rc != 0:
                 tail = _stdout_tail(runner)
         collector.close()
-        handlers.save_pending(ledger, collector.pending_handlers, resource_id=settings.resource_id)
+        if not check:  # a check run changes nothing: what is owed stays owed
+            handlers.save_pending(
+                ledger, collector.pending_handlers, resource_id=settings.resource_id
+            )
     except OSError as exc:
         raise AgentError(f"cannot prepare the run: {exc}") from exc
     finally:
@@ -275,7 +297,7 @@ def _run_checked(  # noqa: PLR0917 - private, called once with everything valida
         )
     reasons = list(collector.reasons)
     reboot = collector.reboot_requested
-    if _stat(settings.host_path(REBOOT_REQUIRED_FILE)) not in (None, reboot_marker):
+    if not check and _stat(settings.host_path(REBOOT_REQUIRED_FILE)) not in (None, reboot_marker):
         reboot = True
         reasons.append(f"/{REBOOT_REQUIRED_FILE} appeared or changed during the run")
     result = AgentResult(
@@ -288,6 +310,7 @@ def _run_checked(  # noqa: PLR0917 - private, called once with everything valida
         pending_handlers=collector.pending_handlers,
         declared_interrupt=manifest.interrupt,
         request_reasons=reasons,
+        check=collector.check_report() if check else None,
         output=list(collector.recent) if fatal else [],
     )
     return RunOutcome(EXIT_FAILED if fatal else EXIT_OK, result)
@@ -302,13 +325,17 @@ def _stat(path: Path) -> tuple[int, int] | None:
     return info.st_mtime_ns, info.st_ino
 
 
-def _event_log_dir(settings: AgentSettings, manifest: PackageManifest) -> Path | None:
+def _event_log_dir(
+    settings: AgentSettings, manifest: PackageManifest, *, check: bool
+) -> Path | None:
     path = (
         settings.host_path(settings.log_dir)
         / (settings.cr or "_")
         / manifest.name
         / manifest.version
     )
+    if check:
+        path /= CHECK_LOG_SUBDIR
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
