@@ -14,7 +14,9 @@ Outputs:
 
 Check mode (``check``, ``nwb-agent run --check``): the lines say ``would change`` (with a short
 diff summary, then the diff itself, indented) and ``cannot tell`` for a task check mode could not
-answer for; ``check_report`` sums them up (``checking`` reads the results).
+answer for; a notified handler check mode skips (a ``command`` handler) ``would run``: it counts
+as a change, not as unknown, since it fires only because a task changed. ``check_report`` sums
+them up (``checking`` reads the results).
 
 Secrets: every string value of a secret or no_log var is replaced by ``********`` in everything
 written (stdout and JSONL) - a role may echo a var in a module's ``msg`` or args.
@@ -223,8 +225,14 @@ class EventCollector:
         elif kind == "runner_on_skipped":
             tally.skipped += 1
             why = self._check_skip(stdout, action, item_skip) if self.check else None
-            if why is not None:
-                self._cannot_tell(_label(data, task), why)
+            label = _label(data, task)
+            if why is not None and label.startswith(HANDLER_PREFIX):
+                # A handler runs only when notified: it would fire, whatever check mode cannot
+                # say about its own effect (a ``command`` reloading what a task changed).
+                self.would_change.append(self.redact(label))
+                self._line("would run", label, why)
+            elif why is not None:
+                self._cannot_tell(label, why)
             else:
                 self._line("skipping", task)
         elif kind == "runner_on_failed":

@@ -41,6 +41,7 @@ from e2e_harness import (  # noqa: E402 - the e2e harness is the bench's sandbox
 from nodewright_bridge.sandbox import Sandbox  # noqa: E402
 
 BATCH = 3
+HAS = "bench.nodewright.io/has"  # the nodes given the change before the measured rollout
 SAMPLE_SECONDS = 0.2
 
 
@@ -62,7 +63,9 @@ class Disruptions:
         while not self._stop.wait(SAMPLE_SECONDS):
             now = time.monotonic()
             try:
-                items = self.world.core.list_node(label_selector=f"e2e.nodewright.io/test={self.world.id}").items
+                items = self.world.core.list_node(
+                    label_selector=f"e2e.nodewright.io/test={self.world.id}"
+                ).items
             except Exception:
                 continue
             for node in items:
@@ -93,13 +96,15 @@ def scenario(env: E2E, count: int, *, preflight: bool) -> str:
         half = nodes[: count // 2]
         package = {"version": "1.0.0", "image": f"{EXEC_REGISTRY}/host-tuning"}
         for node in half:
-            env.core.patch_node(node, {"metadata": {"labels": {"bench.nodewright.io/has": "yes"}}})
+            env.core.patch_node(node, {"metadata": {"labels": {HAS: "yes"}}})
         ctl = world.start_controller()
         seed = world.cr_name("seed")
         world.apply_cr(
             seed,
             {
-                "nodeSelectors": {"matchLabels": {**world.labels, "bench.nodewright.io/has": "yes"}},
+                "nodeSelectors": {
+                    "matchLabels": {**world.labels, "bench.nodewright.io/has": "yes"}
+                },
                 "interruptionBudget": {"count": len(half)},
                 "packages": {"tune": package},
             },
