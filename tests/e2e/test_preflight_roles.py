@@ -66,13 +66,14 @@ def test_check_mode_disrupts_only_the_nodes_that_would_change_and_reboots_only_f
         cr,
         {
             "spec": {
-                "nodeSelectors": {"matchLabels": {TEST_LABEL: world.id}},
+                "nodeSelectors": {"matchLabels": {GROUP: None}},  # merge patch: drop the key
                 "packages": {"tune": {**tune, "version": "1.0.1"}},
             }
         },
     )
     wait_complete(world, cr, 2)
-    assert sampler.cordoned == set(later), sampler.traces
+    states = {n: world.state(cr, n) for n in first + later}
+    assert sampler.cordoned == set(later), states
     assert sampler.rebooted == set(later), sampler.traces
     for node in first:
         state = world.state(cr, node)
