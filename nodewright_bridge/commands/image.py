@@ -41,7 +41,15 @@ def build() -> None:
 @click.option("--push", is_flag=True, help="Push the image to the tag's registry.")
 @click.option("--tls-verify/--no-tls-verify", default=True, help="Registry TLS when pushing.")
 @click.option("--rebuild", is_flag=True, help="Build even when an identical build exists.")
-def controller(tag: str | None, push: bool, tls_verify: bool, rebuild: bool) -> None:
+@click.option(
+    "--base-image",
+    default=None,
+    help="A local image to build on instead of the slim Python base (needs /usr/bin/python3 "
+    "of the lock's Python version).",
+)
+def controller(
+    tag: str | None, push: bool, tls_verify: bool, rebuild: bool, base_image: str | None
+) -> None:
     """The controller image: the controller and the nwb CLI, non-root, read-only-root ready."""
     from nodewright_bridge.images.controller import build_controller_image  # noqa: PLC0415
     from nodewright_bridge.sandbox.rootfs import ensure_base_rootfs  # noqa: PLC0415
@@ -57,6 +65,7 @@ def controller(tag: str | None, push: bool, tls_verify: bool, rebuild: bool) -> 
             push=push,
             tls_verify=tls_verify,
             rebuild=rebuild,
+            base_image=base_image,
         )
     except PackageError as exc:
         _fail(exc)

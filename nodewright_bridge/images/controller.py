@@ -127,19 +127,24 @@ def build_controller_image(
     push: bool = False,
     tls_verify: bool = True,
     rebuild: bool = False,
+    base_image: str | None = None,
 ) -> ControllerImage:
     """Build (or re-use) the controller image and tag it ``tag`` (default
-    ``localhost/nodewright-bridge:<version>``); ``push`` sends it to the tag's registry."""
+    ``localhost/nodewright-bridge:<version>``); ``push`` sends it to the tag's registry.
+
+    ``base_image`` replaces the slim Python base: any local image with ``/usr/bin/python3`` of
+    the lock's Python version (``# python:`` in requirements.lock) and the ``venv`` module.
+    """
     root = checkout_root()
     reference = tag or default_reference()
     repository, image_tag = split_reference(reference)
     reference = f"{repository}:{image_tag or __version__}"
     revision = git_revision(root)
-    base = ensure_python_base(engine, rootfs)
+    base = base_image or ensure_python_base(engine, rootfs).image
     lock_path = root / LOCK_NAME
     lock = load_lock(lock_path)
     key = build_key(
-        root, base_id=image_id(engine, base.image), lock_digest=lock.digest, revision=revision
+        root, base_id=image_id(engine, base), lock_digest=lock.digest, revision=revision
     )
     keyed = f"{CONTROLLER_REPOSITORY}:build-{key}"
     built = False
@@ -153,7 +158,7 @@ def build_controller_image(
             _build_wheel(root, revision, context / "dist")
             args = ["build", "-f", str(CONTAINERFILE), "-t", keyed]
             build_args = {
-                "BASE_IMAGE": base.image,
+                "BASE_IMAGE": base,
                 "VERSION": __version__,
                 "REVISION": revision,
                 "SOURCE": SOURCE_URL,
@@ -173,7 +178,7 @@ def build_controller_image(
         image_id=image_id(engine, reference),
         size_bytes=image_size(engine, reference),
         built=built,
-        base_image=base.image,
+        base_image=base,
         revision=revision,
         version=__version__,
     )
