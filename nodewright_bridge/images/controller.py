@@ -98,6 +98,17 @@ def _build_wheel(root: Path, revision: str, dest: Path) -> None:
             raise ImageError("building the project's wheel failed: " + proc.stderr[-800:])
 
 
+def _forget_older_builds(engine: Engine, *, keep: str) -> None:
+    """Untag earlier ``build-<key>`` images, so rebuilds after every change do not pile up
+    (an image that still has another tag stays)."""
+    listed = engine.run(
+        ["images", "--format", "{{.Repository}}:{{.Tag}}", CONTROLLER_REPOSITORY], check=False
+    )
+    for reference in listed.stdout.split():
+        if reference.startswith(f"{CONTROLLER_REPOSITORY}:build-") and reference != keep:
+            engine.run(["rmi", reference], check=False)
+
+
 def labels(revision: str) -> dict[str, str]:
     """The OCI labels the image carries (the Containerfile sets them from these build args)."""
     return {
@@ -166,11 +177,16 @@ def build_controller_image(
             for name, value in build_args.items():
                 args += ["--build-arg", f"{name}={value}"]
             if engine.name == "podman":
-                args += ["--network", "none"]
+                # No network; no cached intermediate images (the key above is the cache).
+                args += ["--network", "none", "--layers=false"]
             engine.run([*args, str(context)])
         built = True
+        _forget_older_builds(engine, keep=keyed)
     if reference != keyed:
+        previous = image_id(engine, reference) if engine.image_exists(reference) else ""
         engine.run(["tag", keyed, reference])
+        if previous and previous != image_id(engine, reference):
+            engine.run(["rmi", previous], check=False)  # only if nothing else still uses it
     if push:
         push_image(engine, reference, tls_verify=tls_verify)
     return ControllerImage(

@@ -17,7 +17,9 @@ is deleted (the other replica or its replacement finishes it), then the CRs are 
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,7 +34,7 @@ from controller_image import controller_image, engine, push_as
 from e2e_harness import E2E, GROUP, NAMESPACE, SLOW_TEST_SECONDS, VERSION, World, wait_for
 from kubernetes.client.exceptions import ApiException
 
-from nodewright_bridge.sandbox import rootfs
+from nodewright_bridge.sandbox import binaries, rootfs
 from nodewright_bridge.sandbox.kubelet.api import RawApi
 from nodewright_bridge.sandbox.kubelet.image_pods import ImagePodRunner
 from nodewright_bridge.sandbox.kubelet.kubelet import Kubelet
@@ -157,6 +159,41 @@ def _forbidden(nodes: PodmanNodes, release: str) -> list[str]:
     ]
 
 
+def _container_facts(nodes: PodmanNodes, pod: str) -> dict[str, Any]:
+    """How podman runs the controller container of ``pod``: user, root, capabilities, pid."""
+    name = nodes.workloads.containers[(NAMESPACE, pod, "controller")]
+    shown = engine().run(["inspect", "--format", "{{json .}}", name])
+    (facts,) = json.loads(shown.stdout)
+    status = Path(f"/proc/{facts['State']['Pid']}/status").read_text()
+    uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
+    return {
+        "uids": uids,
+        "read_only": facts["HostConfig"]["ReadonlyRootfs"],
+        "effective_caps": next(
+            line for line in status.splitlines() if line.startswith("CapEff:")
+        ).split()[1],
+        "no_new_privs": next(
+            line for line in status.splitlines() if line.startswith("NoNewPrivs:")
+        ).split()[1],
+        "network": facts["HostConfig"]["NetworkMode"],
+    }
+
+
+def _kubectl(world: World, *args: str) -> None:
+    found = binaries.find("kubectl")
+    assert found is not None, "kubectl not found: run `make setup`"
+    argv = [str(found.path), "--kubeconfig", str(world.env.kubeconfig), *args]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _allow_uninstall(world: World, account: str) -> None:
+    world.invariants.allow_pdb_breach(
+        f"{NAMESPACE}/{account}",
+        "helm uninstall deletes the controller pods before the chart's own budget for them",
+    )
+
+
 def _rollout(world: World, name: str, image: str, swappiness: int) -> str:
     cr = world.cr_name(name)
     world.apply_cr(
@@ -229,6 +266,18 @@ def test_the_chart_runs_the_controller_image_through_upgrade_leader_loss_and_uni
             timeout=90,
             what="one controller pod leads",
         )
+        for pod in pods:
+            # The chart's security context, as the container really runs.
+            facts = _container_facts(nodes, pod.metadata.name)
+            assert facts["uids"] == ["65532"] * 4, facts
+            assert facts["read_only"] is True and facts["no_new_privs"] == "1", facts
+            assert int(facts["effective_caps"], 16) == 0, facts
+            assert facts["network"].startswith("slirp4netns"), facts
+        standby = next(p.metadata.name for p in pods if p.metadata.name != leader)
+        assert (
+            '"workers started"'
+            not in nodes.workloads.outputs[(NAMESPACE, standby, "controller")].read_text()
+        ), "the standby replica must not reconcile"
 
         # A rollout to complete (the package runs on each worker's root).
         first = _rollout(world, "image-a", nodes.package_image, 21)
@@ -249,6 +298,8 @@ def test_the_chart_runs_the_controller_image_through_upgrade_leader_loss_and_uni
             return running if images == {new_image} and len(running) == 2 else []
 
         pods = wait_for(upgraded, timeout=180, what="two controller pods of the new tag only")
+        assert _complete(world, first), "an idle rollout stays complete across the upgrade"
+        assert world.cr_status(first).get("observedGeneration") == 1
         names = {p.metadata.name for p in pods}
         leader = wait_for(
             lambda: (h := _lease_holder(world)) in names and h,
@@ -264,7 +315,7 @@ def test_the_chart_runs_the_controller_image_through_upgrade_leader_loss_and_uni
             what="the second rollout's first package pod running",
         )
         assert not _complete(world, second)
-        world.core.delete_namespaced_pod(leader, NAMESPACE)
+        _kubectl(world, "delete", "pod", leader, "--namespace", NAMESPACE, "--wait=false")
         wait_for(
             lambda: (h := _lease_holder(world)) not in ("", leader) and h,
             timeout=120,
@@ -292,10 +343,7 @@ def test_the_chart_runs_the_controller_image_through_upgrade_leader_loss_and_uni
             timeout=120,
             what="both CRs deleted (their finalizer removed by the controller pod)",
         )
-        world.invariants.allow_pdb_breach(
-            f"{NAMESPACE}/{account}",
-            "helm uninstall deletes the controller pods before the chart's own budget for them",
-        )
+        _allow_uninstall(world, account)
         helm.run("uninstall", release, "--wait", "--timeout", "120s")
         installed = False
         wait_for(
@@ -312,6 +360,7 @@ def test_the_chart_runs_the_controller_image_through_upgrade_leader_loss_and_uni
         raise
     finally:
         if installed:
+            _allow_uninstall(world, account)
             helm.run("uninstall", release, "--wait", "--timeout", "120s", check=False)
         with contextlib.suppress(Exception):
             nodes.kubelet.remove_nodes(control + workers)

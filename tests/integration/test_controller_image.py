@@ -129,14 +129,15 @@ def test_the_controller_starts_non_root_on_a_read_only_root_and_answers_readyz(
     )
     try:
 
-        def logs() -> str:
-            return podman.run(["logs", name], check=False).stdout[-3000:]
-
-        wait_for(
-            lambda: _ready(f"http://127.0.0.1:{port}/readyz"),
-            timeout=90,
-            what=f"/readyz of the controller container; its log:\n{logs()}",
-        )
+        try:
+            wait_for(
+                lambda: _ready(f"http://127.0.0.1:{port}/readyz"),
+                timeout=90,
+                what="/readyz of the controller container",
+            )
+        except AssertionError as exc:
+            shown = podman.run(["logs", name], check=False)
+            raise AssertionError(f"{exc}\n--- its log:\n{shown.stdout[-3000:]}") from exc
         pid = podman.run(["inspect", "--format", "{{.State.Pid}}", name]).stdout.strip()
         status = Path(f"/proc/{pid}/status").read_text()
         uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))

@@ -11,7 +11,8 @@ what a real kubelet gives every container:
   with ``CreateContainerConfigError`` when the image would run as root), ``readOnlyRootFilesystem``
   (``--read-only`` without podman's extra tmpfs mounts), ``capabilities``,
   ``allowPrivilegeEscalation: false`` (``no-new-privileges``) and the seccomp profile;
-- a network namespace of its own (slirp4netns), so two replicas can listen on the same port.
+- a network namespace of its own (slirp4netns), so two replicas can listen on the same port;
+- on deletion SIGTERM, then SIGKILL after a grace period.
   The API server listens on the machine's loopback; the pod reaches it as
   ``kubernetes.default.svc`` (a name its serving certificate carries), which resolves to the
   machine's loopback through slirp4netns (``allow_host_loopback``).
@@ -49,6 +50,9 @@ from nodewright_bridge.sandbox.kubelet.runners import (
 logger = logging.getLogger(__name__)
 
 API_HOST_NAME = "kubernetes.default.svc"
+# How long a stopped container gets between SIGTERM and SIGKILL (a kubelet uses the pod's
+# terminationGracePeriodSeconds, 30 s by default; shorter here to keep tests quick).
+STOP_GRACE_SECONDS = 10
 # slirp4netns maps this address to the machine's loopback when allow_host_loopback is set.
 SLIRP_HOST_LOOPBACK = "10.0.2.2"
 CONFIG_ERROR = "CreateContainerConfigError"
@@ -95,6 +99,20 @@ def _image_uid(user: str) -> int | None:
     return int(name) if name.isdigit() else None
 
 
+class GracefulContainer(PodmanContainer):
+    """An image pod's container: stopping it sends SIGTERM first, as a kubelet does, so the
+    process can shut down cleanly (a controller hands its Lease over)."""
+
+    def kill(self) -> None:
+        subprocess.run(
+            ["podman", *PODMAN_GLOBAL, "stop", f"--time={STOP_GRACE_SECONDS}", self.name],
+            capture_output=True,
+            timeout=PODMAN_TIMEOUT_SECONDS,
+            check=False,
+        )
+        super().kill()
+
+
 class ImagePodRunner:
     """Runs workload pods whose image is under ``registries`` with podman; simulates the rest."""
 
@@ -114,8 +132,9 @@ class ImagePodRunner:
         self.registries = tuple(r.rstrip("/") + "/" for r in registries)
         self.tls_verify = tls_verify
         self.simulated = SimulateRunner()
-        # (namespace, pod, container) -> the output file of its newest run.
+        # (namespace, pod, container) -> the output file / podman container of its newest run.
         self.outputs: dict[tuple[str, str, str], Path] = {}
+        self.containers: dict[tuple[str, str, str], str] = {}
 
     def runs_for_real(self, image: str) -> bool:
         return image.startswith(self.registries)
@@ -219,6 +238,8 @@ class ImagePodRunner:
             raise ContainerStartError(f"podman: {exc}") from exc
         finally:
             output.close()
-        self.outputs[(spec.namespace, spec.pod_name, spec.name)] = output_path
+        key = (spec.namespace, spec.pod_name, spec.name)
+        self.outputs[key] = output_path
+        self.containers[key] = name
         logger.debug("image pod started", extra={"node": node.name, "pod": spec.pod_name})
-        return PodmanContainer(proc, name, spec.termination_log)
+        return GracefulContainer(proc, name, spec.termination_log)
