@@ -128,7 +128,6 @@ def test_the_controller_starts_non_root_on_a_read_only_root_and_answers_readyz(
         ]
     )
     try:
-
         try:
             wait_for(
                 lambda: _ready(f"http://127.0.0.1:{port}/readyz"),
