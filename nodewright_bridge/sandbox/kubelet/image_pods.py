@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -127,6 +128,11 @@ class ImagePodRunner:
         registries: image prefixes (``127.0.0.1:5000``) whose pods run for real.
         tls_verify: verify registry TLS (the sandbox's registry is plain HTTP).
         """
+        missing = [tool for tool in ("podman", "slirp4netns") if shutil.which(tool) is None]
+        if missing:
+            raise ContainerStartError(
+                f"{' and '.join(missing)} not installed (run: make system-deps)"
+            )
         parts = urlsplit(api_server)
         self.api_port = parts.port or 443
         self.registries = tuple(r.rstrip("/") + "/" for r in registries)
