@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup system-deps venv control-plane lint test unit collection demo plan-demo clean
+.PHONY: setup system-deps venv control-plane lint test unit collection demo plan-demo images push-images lock clean
 
 ## setup: system packages, the Python venv and the cached control plane (idempotent)
 setup: system-deps venv control-plane
@@ -14,11 +14,14 @@ setup: system-deps venv control-plane
 system-deps:
 	@bash scripts/install-system-deps.sh
 
+# The runtime dependencies come at the versions of requirements.lock (what the controller image
+# ships); pip constraints carry no hashes, so the lock's hashes are stripped for this step.
 venv: $(BIN)/nwb
-$(BIN)/nwb: pyproject.toml
+$(BIN)/nwb: pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@$(BIN)/pip install --quiet --upgrade pip
-	@$(BIN)/pip install --quiet -e '.[dev]'
+	@sed -e 's/ --hash=.*//' requirements.lock > $(VENV)/constraints.txt
+	@$(BIN)/pip install --quiet -c $(VENV)/constraints.txt -e '.[dev]'
 	@touch $(BIN)/nwb
 
 control-plane:
@@ -60,6 +63,22 @@ plan-demo: venv
 	$(BIN)/nwb plan --offline -f examples/rollouts/gpu-tuning.yaml -p examples/policies/canary.yaml --nodes examples/nodes/fleet-12.yaml --fail gpu-a100-0
 	@echo; echo "--- legacy interruptionBudget count 3 on 10 nodes:"
 	$(BIN)/nwb plan --offline -f examples/worked/legacy-count-3.yaml --nodes examples/nodes/fleet-10.yaml
+
+## images: the controller image (IMAGE, default localhost/nodewright-bridge:<version>, the chart's
+## default image) and the agent base image that package images start from
+IMAGE ?=
+images: venv
+	$(BIN)/nwb image build controller $(if $(IMAGE),--tag $(IMAGE))
+	$(BIN)/nwb image build agent-base
+
+## push-images: build and push the controller image to IMAGE (e.g. IMAGE=<registry>/<path>:<tag>)
+push-images: venv
+	@test -n "$(IMAGE)" || { echo "set IMAGE=<registry>/<path>:<tag>" >&2; exit 2; }
+	$(BIN)/nwb image build controller --tag $(IMAGE) --push
+
+## lock: resolve requirements.lock again after changing dependencies in pyproject.toml
+lock: venv
+	$(BIN)/nwb image lock
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "import": ("importing", "Turn existing playbooks into NodeWright CRs and policies."),
     "controller": ("controller", "Run the controller."),
     "demo": ("demo", "Run the end-to-end demo on the sandbox."),
+    "image": ("image", "Build the controller image and the agent base image."),
     # Day-2 operations ("module:attribute" when a module holds several commands).
     "pause": ("switches:pause", "Pause a rollout: nothing new starts."),
     "resume": ("switches:resume", "Resume a paused rollout."),
@@ -65,8 +66,24 @@ class LazyGroup(click.Group):
         return command
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from nodewright_bridge.buildinfo import version_line  # noqa: PLC0415 (git only when asked)
+
+    click.echo(version_line())
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="nwb")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help=f"Show the version ({__version__}) and the revision, then exit.",
+)
 def main() -> None:
     """nodewright-bridge: run Ansible roles on Kubernetes nodes, safely, in canary batches."""
 

@@ -41,6 +41,8 @@ from importlib import metadata
 from pathlib import Path
 
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from playbook_adapter.errors import BadInputError, ManifestError, PackageError
 from playbook_adapter.manifest import MANIFEST_FILE, PackageManifest, load_manifest, parse_manifest
@@ -219,21 +221,36 @@ def image_id(engine: Engine, image: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+def _runtime_requirements(distribution: str) -> list[Requirement]:
+    """What ``distribution`` needs at run time here (no extras; markers evaluated for this
+    interpreter, which is the base's Python version in every supported build)."""
+    out = []
+    for text in metadata.requires(distribution) or []:
+        requirement = Requirement(text)
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        out.append(requirement)
+    return out
+
+
 def agent_requirements() -> list[str]:
-    """The agent's runtime requirements, pinned to what this venv runs (tested together)."""
+    """The agent's runtime requirements and everything they pull in, each pinned to what this
+    venv runs (tested together; ``make venv`` installs the versions of requirements.lock), so
+    the same venv always gives the same agent base."""
     try:
-        declared = metadata.requires("nodewright-bridge") or []
+        declared = _runtime_requirements("nodewright-bridge")
     except metadata.PackageNotFoundError as exc:
         raise ImageError("nodewright-bridge is not installed; cannot list agent deps") from exc
-    pinned = []
-    for requirement in declared:
-        if ";" in requirement and "extra" in requirement.split(";", 1)[1]:
+    pinned: dict[str, str] = {}
+    todo = [r.name for r in declared if canonicalize_name(r.name) not in _NOT_NEEDED_IN_IMAGE]
+    while todo:
+        name = todo.pop()
+        key = canonicalize_name(name)
+        if key in pinned:
             continue
-        name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].strip()
-        if name.lower() in _NOT_NEEDED_IN_IMAGE:
-            continue
-        pinned.append(f"{name}=={metadata.version(name)}")
-    return sorted(pinned, key=str.lower)
+        pinned[key] = f"{metadata.metadata(name)['Name']}=={metadata.version(name)}"
+        todo += [r.name for r in _runtime_requirements(name)]
+    return sorted(pinned.values(), key=str.lower)
 
 
 def _agent_base_key(base_id: str, requirements: Sequence[str]) -> str:

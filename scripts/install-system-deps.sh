@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the sandbox and tests need. Idempotent and quiet when all present.
 set -euo pipefail
-PKGS=(debootstrap podman buildah skopeo runc crun docker-registry uidmap iproute2 util-linux procps)
+PKGS=(debootstrap podman buildah skopeo runc crun docker-registry uidmap iproute2 util-linux procps
+      slirp4netns)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [[ ${#missing[@]} -gt 0 ]]; then

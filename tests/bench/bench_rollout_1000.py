@@ -14,7 +14,11 @@ One package whose pods take 10 s (simulate mode), an exponential policy. Prints:
   first pod starting (noticing, planning and writing).
 Targets: within 10 % of the floor, under 150 MB RSS, CR status under 20 KB.
 
-Run: ``.venv/bin/python tests/bench/bench_rollout_1000.py [--nodes 1000] [--seconds 10]``.
+Run: ``.venv/bin/python tests/bench/bench_rollout_1000.py [--nodes 1000] [--seconds 10]``;
+``--interrupt`` gives the package a service interrupt (every node is cordoned and drained),
+``--preflight`` turns check mode on: simulated check pods find every node compliant, so the
+rollout is a full-fleet no-op whose time is about one round of check pods and whose cordons
+(interrupt pods) are 0.
 Not collected by pytest (file name) and asserts nothing: it prints figures.
 
 The pods' 10 s come from the sandbox side: the benchmark's kubelet runner adds the
@@ -66,19 +70,28 @@ class TimedRunner(SimulateRunner):
     timed apart: it is not part of any batch.
     """
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, check_seconds: float = 5.0) -> None:
         self.seconds = seconds
+        self.check_seconds = check_seconds
         self.starts: list[float] = []  # time.monotonic() of every package pod start
         self.validations: list[float] = []  # ... and of every validation pod start
+        self.checks: list[float] = []  # ... and of every check-mode (preflight) pod start
+        self.interrupts = 0  # interrupt pods: each one follows a cordon and a drain
 
     def start(self, node: SimNode, spec: ContainerSpec) -> SimulatedContainer:
         if spec.is_validation_pod:
             self.validations.append(time.monotonic())
             return super().start(node, spec)
+        check = "--check" in spec.args
+        seconds = self.check_seconds if check else self.seconds
         if spec.is_package_pod and DURATION_ANNOTATION not in spec.pod_annotations:
-            notes = {**spec.pod_annotations, DURATION_ANNOTATION: f"{self.seconds:g}s"}
+            notes = {**spec.pod_annotations, DURATION_ANNOTATION: f"{seconds:g}s"}
             spec = replace(spec, pod_annotations=notes)
-        if spec.is_package_pod:
+        if spec.is_package_pod and check:
+            self.checks.append(time.monotonic())
+        elif spec.is_package_pod and spec.args[:1] == ("interrupt",):
+            self.interrupts += 1
+        elif spec.is_package_pod:
             self.starts.append(time.monotonic())
         return super().start(node, spec)
 
@@ -117,7 +130,16 @@ def policy_body(budget_percent: int) -> dict[str, object]:
     }
 
 
-def cr_body() -> dict[str, object]:
+def cr_body(*, interrupt: bool = False, preflight: bool = False) -> dict[str, object]:
+    package: dict[str, object] = {
+        "version": "1.0.0",
+        "image": "sim.bench.local/nwb/tuning",
+        "vars": {"level": 1},
+    }
+    if interrupt:  # a service restart: cordon and drain first (simulated pods never reboot)
+        package["interrupt"] = {"type": "service", "services": ["tuned"]}
+    if preflight:  # simulated check pods find nothing to change: a full-fleet no-op rollout
+        package["preflight"] = True
     return {
         "apiVersion": "bridge.nodewright.io/v1alpha1",
         "kind": "NodeWright",
@@ -126,13 +148,7 @@ def cr_body() -> dict[str, object]:
             "nodeSelectors": {"matchLabels": FLEET_LABEL},
             "deploymentPolicy": "bench-exponential",
             "hostConnection": "chroot",
-            "packages": {
-                "tuning": {
-                    "version": "1.0.0",
-                    "image": "sim.bench.local/nwb/tuning",
-                    "vars": {"level": 1},
-                }
-            },
+            "packages": {"tuning": package},
         },
     }
 
@@ -214,7 +230,15 @@ def parse_time_v(text: str) -> dict[str, float]:
     return out
 
 
-def run(nodes: int, seconds: float, budget: int, timeout: float, log_level: str) -> None:
+def run(  # noqa: PLR0917 - the command line's options, passed once
+    nodes: int,
+    seconds: float,
+    budget: int,
+    timeout: float,
+    log_level: str,
+    interrupt: bool = False,
+    preflight: bool = False,
+) -> None:
     work = Path(tempfile.mkdtemp(prefix="nwb-bench-rollout-"))
     print(f"sandbox: {nodes} simulate-mode nodes, package pods take {seconds:g}s; state {work}")
     began = time.monotonic()
@@ -267,7 +291,7 @@ def run(nodes: int, seconds: float, budget: int, timeout: float, log_level: str)
         rest.create(resources.DEPLOYMENT_POLICIES, policy_body(budget))
         idle_requests = sum(requests_by_kind(scrape(port)).values())
         posted = time.monotonic()
-        rest.create(resources.NODEWRIGHTS, cr_body())
+        rest.create(resources.NODEWRIGHTS, cr_body(interrupt=interrupt, preflight=preflight))
         # The rollout starts when the CR exists; the create call's own latency is printed apart.
         created = time.monotonic()
         print(f"  the API server took {created - posted:.2f}s to create the CR")
@@ -335,6 +359,17 @@ def run(nodes: int, seconds: float, budget: int, timeout: float, log_level: str)
     if runner.starts:
         tail = total - (max(runner.starts) + seconds - created)
         print(f"    last pod ended -> CR Ready: {tail:.2f}s (the bench polls every 0.25 s)")
+    if runner.checks:
+        span = max(runner.checks) - min(runner.checks) + runner.check_seconds
+        print(
+            f"check pods                 {len(runner.checks)} (first t="
+            f"{min(runner.checks) - created:.2f}s, all done within {span:.1f}s; "
+            f"{runner.check_seconds:g}s each)"
+        )
+    print(
+        f"package pods               {len(runner.starts)}; interrupt pods (each after a cordon "
+        f"and drain) {runner.interrupts}"
+    )
 
 
 def main() -> None:
@@ -344,8 +379,24 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=100, help="policy budget percent")
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--log-level", default="info", help="the controller's (its log is kept)")
+    parser.add_argument(
+        "--interrupt", action="store_true", help="the package restarts a service (cordon+drain)"
+    )
+    parser.add_argument(
+        "--preflight",
+        action="store_true",
+        help="preflight: true; simulated checks find every node compliant (a no-op rollout)",
+    )
     args = parser.parse_args()
-    run(args.nodes, args.seconds, args.budget, args.timeout, args.log_level)
+    run(
+        args.nodes,
+        args.seconds,
+        args.budget,
+        args.timeout,
+        args.log_level,
+        interrupt=args.interrupt,
+        preflight=args.preflight,
+    )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 The chart is installed into the e2e sandbox (its namespace ``nodewright-system`` already exists,
 so ``createNamespace=false``; the controller Deployment's pods are kept off the test nodes - the
-simulated kubelet does not run the controller image anyway). ``nwb controller`` then runs as a
+shared e2e kubelet simulates workload pods; ``test_controller_pod.py`` runs the image). ``nwb
+controller`` then runs as a
 local process with a TokenRequest token of the chart's ServiceAccount, i.e. as
 ``system:serviceaccount:nodewright-system:<release>-nodewright-bridge``, while real
 ``ansible-playbook`` plays the collection's ``rollout_controller`` target: a rollout of the

@@ -2,8 +2,8 @@
 chart's ServiceAccount is allowed exactly what the controller needs - proven both by access reviews
 made with its own token and by running ``nwb controller`` under that token.
 
-The chart's controller pods are simulated workload pods here (the simulated kubelet does not run
-the controller image), so the controller runs as a local process with the ServiceAccount's
+The chart's controller pods are simulated workload pods here (``tests/e2e/test_controller_pod.py``
+runs them from the image), so the controller runs as a local process with the ServiceAccount's
 credentials from the TokenRequest API - the same identity a controller pod would have.
 """
 

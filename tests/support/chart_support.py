@@ -5,8 +5,9 @@
 - ``service_account_kubeconfig``: a kubeconfig holding a TokenRequest token of a ServiceAccount,
   i.e. exactly the credentials a controller pod of the chart would get.
 - ``can_i``: a SelfSubjectAccessReview made *with* those credentials.
-- ``Controller``: ``nwb controller`` as a local process (the sandbox's simulated kubelet does not
-  run the controller image), logging JSON to a file the test can read.
+- ``Controller``: ``nwb controller`` as a local process (the shared sandboxes simulate workload
+  pods; ``tests/e2e/test_controller_pod.py`` runs the image), logging JSON to a file the test
+  can read.
 """
 
 from __future__ import annotations

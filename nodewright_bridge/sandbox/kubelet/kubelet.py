@@ -886,6 +886,7 @@ class Kubelet:
             scratch_dir=run_dir,
             pod_labels=dict(meta.get("labels") or {}),
             pod_annotations=dict(meta.get("annotations") or {}),
+            security_context={**(spec.get("securityContext") or {}), **security},
         )
 
     def _fail_for_reboot(self, worker: PodWorker) -> None:

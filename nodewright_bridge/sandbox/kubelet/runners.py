@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from lifecycle import durations
 from lifecycle.results import AgentResult, CheckReport
@@ -127,6 +127,8 @@ class ContainerSpec:
     scratch_dir: Path | None = None
     pod_labels: dict[str, str] = field(default_factory=dict)
     pod_annotations: dict[str, str] = field(default_factory=dict)
+    # The pod's securityContext overlaid with the container's (the container's fields win).
+    security_context: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_package_pod(self) -> bool:
