@@ -20,7 +20,7 @@ from rich.console import Console
 
 from nodewright_bridge.sandbox import supervisor
 
-MODES = ("simulate", "exec", "podman")
+MODES = ("simulate", "exec", "podman", "kubelet")  # kubelet: real nodes, 1 to 3
 # Cold: the Go build (20-40 min on 2 cores) plus start-up; warm: seconds.
 UP_TIMEOUT_SECONDS = 3600.0
 
