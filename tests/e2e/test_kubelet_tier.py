@@ -558,3 +558,40 @@ def test_a_node_reboot_restarts_kubelet_and_containerd_in_a_new_boot(tier: Tier)
     assert f"boot {new}" in boots
     seen = (node.isolation_state / "proc-sys/kernel/random/boot_id").read_text().strip()
     assert seen == new  # the node's own boot_id file, where the kubelet read it
+
+
+def test_nwb_sandbox_up_mode_kubelet_starts_real_nodes_and_down_stops_them(
+    tier: Tier, tmp_path: Path
+) -> None:
+    """The CLI entry point: one real node (besides the module's sandbox), reported Ready by
+    ``status``, running the pinned kubelet and containerd; more than three are refused."""
+    state = tmp_path / "cli"
+    refused = subprocess.run(
+        [NWB, "sandbox", "up", "--mode", "kubelet", "--nodes", "4", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert refused.returncode == 2 and "1 to 3 nodes" in refused.stderr, refused
+    up = nwb("sandbox", "up", "--mode", "kubelet", "--nodes", "1", "--node-prefix", "kcli-",
+             "--state-dir", str(state))  # fmt: skip
+    try:
+        assert f"export KUBECONFIG={state}/controlplane/admin.kubeconfig" in up
+        status = nwb("sandbox", "status", "--state-dir", str(state))
+        assert "nodes: 1/1 Ready, mode kubelet" in status, status
+        api = config.new_client_from_config(
+            config_file=str(state / "controlplane/admin.kubeconfig")
+        )
+        try:
+            info = client.CoreV1Api(api).read_node("kcli-000").status.node_info
+        finally:
+            api.close()
+        assert (info.kubelet_version, info.container_runtime_version) == (
+            "v1.36.3",
+            f"containerd://{tierbins.CONTAINERD_VERSION.removeprefix('v')}",
+        )
+    finally:
+        assert "sandbox stopped" in nwb("sandbox", "down", "--state-dir", str(state))
+    leftover = [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                if str(state) in line]  # fmt: skip
+    assert leftover == []
