@@ -32,6 +32,7 @@ from lifecycle.results import AgentResult
 from nodewright_bridge.controller import podspec
 from nodewright_bridge.sandbox import Sandbox, rootfs
 from nodewright_bridge.sandbox.kubeletnode import tierbins
+from nodewright_bridge.sandbox.kubeletnode.realnode import cgroup_hierarchies, own_cgroup_path
 from playbook_adapter import imaging
 
 pytestmark = [pytest.mark.e2e, pytest.mark.podman, pytest.mark.timeout(SLOW_TEST_SECONDS)]
@@ -81,15 +82,12 @@ def host_sysctls() -> dict[str, str]:
     return {key: Path("/proc/sys", key).read_text().strip() for key in HOST_SYSCTLS}
 
 
-def host_mounts(state_dir: Path) -> set[tuple[str, str]]:
-    """(mount point, fs type) of this machine's mounts a node could leak, outside the sandbox."""
+def host_mounts() -> set[tuple[str, str]]:
+    """(mount point, fs type) of this machine's mounts where a node's could leak to."""
     found: set[tuple[str, str]] = set()
-    state = str(state_dir.resolve())
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         left, _, right = line.partition(" - ")
         point = left.split()[4]
-        if point.startswith(state) or "/containers/storage/" in point:
-            continue
         if any(point == r or point.startswith(r + "/") for r in WATCHED_MOUNT_ROOTS):
             found.add((point, right.split()[0]))
     return found
@@ -133,10 +131,13 @@ def build_package(role: Path, registry: str, base_image: str) -> str:
 class Tier:
     """The module's sandbox and what the tests share: images, node names, the host snapshot."""
 
-    def __init__(self, e2e: E2E, nodes: list[str], images: dict[str, str]) -> None:
+    def __init__(
+        self, e2e: E2E, nodes: list[str], images: dict[str, str], before: tuple[Any, ...]
+    ) -> None:
         self.e2e = e2e
         self.nodes = nodes
         self.images = images
+        self.before = before  # this machine's sysctls, mounts and network before the sandbox
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +150,7 @@ def tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tier]:
     if missing:
         pytest.fail(f"missing {', '.join(missing)}: run NWB_KUBELET_TIER=1 make setup")
     state = tmp_path_factory.mktemp("kubelet-tier")
-    before = (host_sysctls(), host_mounts(state), host_network())
+    before = (host_sysctls(), host_mounts(), host_network())
     box = Sandbox(state, nodes=2, mode="kubelet", node_prefix=NODE_PREFIX, labels={TIER_LABEL: "1"})
     box.start()
     api = config.new_client_from_config(config_file=str(box.kubeconfig))
@@ -180,12 +181,7 @@ def tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tier]:
         names = box.node_names
         for name in names:
             wait_for(lambda n=name: _ready(core, n), what=f"node {name} Ready")
-        yield Tier(E2E(box, api), names, images)
-        # The module's last word: everything the nodes did left this machine as it was.
-        after = (host_sysctls(), host_mounts(state), host_network())
-        assert after[0] == before[0], "this machine's sysctls changed"
-        assert after[1] == before[1], "this machine's mounts changed"
-        assert after[2] == before[2], "this machine's network changed"
+        yield Tier(E2E(box, api), names, images, before)
     finally:
         api.close()
         box.stop()
@@ -505,7 +501,7 @@ def test_nwb_logs_reads_a_kept_failed_pods_log_and_follows_a_running_one(
     failing, slow = world.tier.nodes
     image = world.tier.images["kubelet-probe"]
     crs = {}
-    for node, variables in ((failing, {"probe_fail": True}), (slow, {"probe_sleep": 12})):
+    for node, variables in ((failing, {"probe_fail": True}), (slow, {"probe_sleep": 8})):
         crs[node] = world.cr_name(f"logs-{node}")
         world.apply_cr(
             crs[node],
@@ -595,3 +591,14 @@ def test_nwb_sandbox_up_mode_kubelet_starts_real_nodes_and_down_stops_them(
     leftover = [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
                 if str(state) in line]  # fmt: skip
     assert leftover == []
+    cgroups = [h / own_cgroup_path().lstrip("/") / "nwb-kubelet" for h in cgroup_hierarchies()]
+    assert not [c for c in cgroups if (c / "kcli-000").exists()]  # the node's cgroups removed
+
+
+def test_the_machine_kept_its_sysctls_mounts_and_network(tier: Tier) -> None:
+    """Last in the module, after every node pod, drain, reboot and the role's sysctls: the
+    kubelet, containerd, CNI and the roles changed only the nodes' own namespaces and files."""
+    sysctls, mounts, network = tier.before
+    assert host_sysctls() == sysctls
+    assert host_mounts() == mounts
+    assert host_network() == network
