@@ -321,6 +321,7 @@ def test_apply_and_check_run_in_real_pods_that_the_kubelet_accepts_unchanged(
         p.metadata.name: p for p in ours if podspec.LABEL_VALIDATE not in p.metadata.labels
     }
     assert {p.spec.node_name for p in node_pods.values()} == set(world.tier.nodes)
+    ran: set[str] = set()
     for name, pod in node_pods.items():
         ended = pods.terminated(name)
         assert ended is not None and ended.exit_code == 0, (name, ended)
@@ -328,6 +329,7 @@ def test_apply_and_check_run_in_real_pods_that_the_kubelet_accepts_unchanged(
         assert result.succeeded, result
         stage = pod.metadata.labels[podspec.LABEL_STAGE]
         assert result.stages[0].name == stage, result
+        ran |= {s.name for s in result.stages}
         spec = pod.spec
         (container,) = spec.containers
         assert spec.host_pid is True
@@ -345,6 +347,7 @@ def test_apply_and_check_run_in_real_pods_that_the_kubelet_accepts_unchanged(
             ("bridge.nodewright.io/runtime-required", "Exists", None),
             ("node.kubernetes.io/not-ready", "Exists", None),
         ], tolerations
+    assert {"apply", "apply-check"} <= ran, ran  # the check ran after the apply, in a real pod
     warnings = [
         (e.involved_object.name, e.reason, e.message)
         for e in world.core.list_namespaced_event(NAMESPACE).items
@@ -388,6 +391,7 @@ def test_a_pull_failure_is_reported_with_the_kubelets_own_reason(world: TierWorl
     message = cond["message"]
     assert f"spec.packages.ghost.image: {ghost}:{VERSION}" in message, message
     assert "ErrImagePull" in message or "ImagePullBackOff" in message, message
+    assert "code = NotFound" in message, message  # containerd's answer, passed on by the kubelet
     assert not world.node(world.tier.nodes[0]).spec.unschedulable
 
 
