@@ -599,6 +599,38 @@ def test_nwb_sandbox_up_mode_kubelet_starts_real_nodes_and_down_stops_them(
     assert not [c for c in cgroups if (c / "kcli-000").exists()]  # the node's cgroups removed
 
 
+def test_a_killed_sandbox_leaves_no_node_process_and_no_node_mount(
+    tier: Tier, tmp_path: Path
+) -> None:
+    """SIGKILL to ``nwb sandbox up``'s supervisor: the node's kubelet, containerd and init die
+    with it, and its root and per-boot file systems are unmounted."""
+    state = tmp_path / "killed"
+    nwb("sandbox", "up", "--mode", "kubelet", "--nodes", "1", "--node-prefix", "kkill-",
+        "--state-dir", str(state))  # fmt: skip
+    pid = int(json.loads((state / "state.json").read_text())["pid"])
+
+    def ours() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    text = (entry / "cmdline").read_bytes().decode(errors="replace")
+                except OSError:
+                    continue
+                if str(state) in text or "kkill-000" in text:
+                    found.append(int(entry.name))
+        return found
+
+    def mounted() -> list[str]:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        return [line for line in lines if str(state) in line]
+
+    assert ours() and mounted()
+    os.kill(pid, 9)
+    wait_for(lambda: not ours(), what="node processes gone", timeout=60)
+    wait_for(lambda: not mounted(), what="node mounts gone", timeout=60)
+
+
 def test_the_machine_kept_its_sysctls_mounts_and_network(tier: Tier) -> None:
     """Last in the module, after every node pod, drain, reboot and the role's sysctls: the
     kubelet, containerd, CNI and the roles changed only the nodes' own namespaces and files."""

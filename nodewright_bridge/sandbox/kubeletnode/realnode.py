@@ -73,6 +73,19 @@ def own_cgroup_path() -> str:
     return ""
 
 
+def remove_empty_dirs(directories: list[Path]) -> list[Path]:
+    """rmdir each of ``directories`` deepest first; the ones still in use (not empty)."""
+    left = []
+    for directory in sorted(directories, key=lambda p: -len(p.parts)):
+        try:
+            directory.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            left.append(directory)
+    return left
+
+
 @dataclass
 class RealNode:
     """A node's files, state and (while running) its isolated init process."""
@@ -167,8 +180,9 @@ class RealNode:
                 directory.mkdir()
                 self.created_cgroups.append(directory)
 
-    def _remove_cgroups(self) -> None:
-        """Remove the node's cgroups deepest first (all empty once the node's processes ended)."""
+    def _remove_cgroups(self) -> list[Path]:
+        """Remove the node's cgroups deepest first (all empty once the node's processes ended);
+        returns the parents it created that another node still uses (the tier removes them)."""
         for hierarchy in cgroup_hierarchies():
             top = hierarchy / self.settings.cgroup_root.lstrip("/")
             if not top.is_dir():
@@ -176,10 +190,9 @@ class RealNode:
             for dirpath, _, _ in sorted(os.walk(top), key=lambda w: -w[0].count("/")):
                 with contextlib.suppress(OSError):
                     Path(dirpath).rmdir()
-        for directory in reversed(self.created_cgroups):
-            with contextlib.suppress(OSError):
-                directory.rmdir()
+        left = remove_empty_dirs(self.created_cgroups)
         self.created_cgroups.clear()
+        return left
 
     # --- life cycle --------------------------------------------------------------------------
 
@@ -203,6 +216,7 @@ class RealNode:
             boot_id=self.boot_id,
             stdout=subprocess.DEVNULL,
             stderr=(self.state_dir / "isolation.log").open("ab"),
+            die_with_parent=True,
         )
         request.unlink(missing_ok=True)  # the new boot's /run is empty anyway
         self.boots += 1
@@ -277,11 +291,12 @@ class RealNode:
         self.start()
         return self.boot_id
 
-    def stop(self) -> None:
-        """Power the node off: processes, per-boot file systems, cgroups, the root's mount."""
+    def stop(self) -> list[Path]:
+        """Power the node off: processes, per-boot file systems, cgroups, the root's mount;
+        returns the cgroup parents it made that are still in use (see ``_remove_cgroups``)."""
         self.stop_processes()
         if self.root is not None:
             isolation.release_node(self.root_dir, self.isolation_state)
             rootfs.unmount_node_root(self.root)
             self.root = None
-        self._remove_cgroups()
+        return self._remove_cgroups()

@@ -21,7 +21,11 @@ from nodewright_bridge.sandbox import rootfs
 from nodewright_bridge.sandbox.kubelet.api import ApiError, RawApi
 from nodewright_bridge.sandbox.kubeletnode import nodeconfig, tierbins
 from nodewright_bridge.sandbox.kubeletnode.netns import ConnectProxy
-from nodewright_bridge.sandbox.kubeletnode.realnode import RealNode, own_cgroup_path
+from nodewright_bridge.sandbox.kubeletnode.realnode import (
+    RealNode,
+    own_cgroup_path,
+    remove_empty_dirs,
+)
 from playbook_adapter import imaging
 
 log = logging.getLogger(__name__)
@@ -74,6 +78,7 @@ class KubeletTier:
         self.nodes: dict[str, RealNode] = {}
         self.timings: dict[str, float] = {}
         self._stop = threading.Event()
+        self._stopped = threading.Event()
         self._watcher: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -169,6 +174,14 @@ class KubeletTier:
             time.sleep(1.0)
 
     def _watch_reboots(self) -> None:
+        """Reboot nodes that asked for it. A node this thread rebooted dies with this thread
+        (``die_with_parent``), so it ends only after ``stop()`` has stopped every node."""
+        try:
+            self._reboot_requested_nodes()
+        finally:
+            self._stopped.wait()
+
+    def _reboot_requested_nodes(self) -> None:
         while not self._stop.wait(REBOOT_POLL_SECONDS):
             for node in list(self.nodes.values()):
                 with self._lock:
@@ -197,12 +210,19 @@ class KubeletTier:
 
     def stop(self, *, delete_nodes: bool = True) -> None:
         self._stop.set()
-        if self._watcher is not None:
-            self._watcher.join(10)
+        try:
+            self._stop_nodes(delete_nodes=delete_nodes)
+        finally:
+            self._stopped.set()
+            if self._watcher is not None:
+                self._watcher.join(10)
+
+    def _stop_nodes(self, *, delete_nodes: bool) -> None:
+        shared: list[Path] = []
         with self._lock:
             for node in self.nodes.values():
                 try:
-                    node.stop()
+                    shared += node.stop()
                 except Exception:  # the other nodes still stop
                     log.exception("stopping %s failed", node.name)
                 if delete_nodes:
@@ -211,3 +231,4 @@ class KubeletTier:
                     except Exception:  # the control plane may be gone already
                         log.debug("deleting node %s failed", node.name, exc_info=True)
             self.nodes.clear()
+        remove_empty_dirs(shared)  # the cgroup parents the nodes shared, now that all are gone
