@@ -32,7 +32,11 @@ from lifecycle.results import AgentResult
 from nodewright_bridge.controller import podspec
 from nodewright_bridge.sandbox import Sandbox, rootfs
 from nodewright_bridge.sandbox.kubeletnode import tierbins
-from nodewright_bridge.sandbox.kubeletnode.realnode import cgroup_hierarchies, own_cgroup_path
+from nodewright_bridge.sandbox.kubeletnode.realnode import (
+    cgroup_hierarchies,
+    own_cgroup_path,
+    remove_empty_dirs,
+)
 from playbook_adapter import imaging
 
 pytestmark = [pytest.mark.e2e, pytest.mark.podman, pytest.mark.timeout(SLOW_TEST_SECONDS)]
@@ -629,6 +633,11 @@ def test_a_killed_sandbox_leaves_no_node_process_and_no_node_mount(
     os.kill(pid, 9)
     wait_for(lambda: not ours(), what="node processes gone", timeout=60)
     wait_for(lambda: not mounted(), what="node mounts gone", timeout=60)
+    # What a crash does leave: the node's empty cgroups (nothing runs in them any more).
+    for hierarchy in cgroup_hierarchies():
+        top = hierarchy / own_cgroup_path().lstrip("/") / "nwb-kubelet" / "kkill-000"
+        trees = sorted(os.walk(top), key=lambda w: -w[0].count("/"))
+        assert remove_empty_dirs([Path(path) for path, _, _ in trees]) == []
 
 
 def test_the_machine_kept_its_sysctls_mounts_and_network(tier: Tier) -> None:
