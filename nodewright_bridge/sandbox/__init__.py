@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nodewright_bridge.sandbox import binaries
 from nodewright_bridge.sandbox.controlplane import ControlPlane
@@ -28,8 +29,10 @@ from nodewright_bridge.sandbox.kubelet.kubelet import HEARTBEAT_SECONDS, Kubelet
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode
 from nodewright_bridge.sandbox.kubelet.runners import ContainerRunner, RunnerMode, SimulateRunner
 from nodewright_bridge.sandbox.kubeletnode.netns import ConnectProxy, egress_selector_config
-from nodewright_bridge.sandbox.kubeletnode.tier import KubeletTier
 from nodewright_bridge.sandbox.registry import Registry
+
+if TYPE_CHECKING:  # the tier pulls in the image tooling: imported when a tier starts
+    from nodewright_bridge.sandbox.kubeletnode.tier import KubeletTier
 
 __all__ = ["Sandbox", "default_state_dir", "make_runner"]
 
@@ -188,6 +191,8 @@ class Sandbox:
         """Real kubelet nodes (``kubeletnode.tier``) on the running control plane."""
         assert self.control_plane is not None and self.control_plane.pki is not None
         assert self.registry is not None and self._egress is not None
+        from nodewright_bridge.sandbox.kubeletnode.tier import KubeletTier  # noqa: PLC0415
+
         self.api = RawApi(self.kubeconfig)
         self.tier = KubeletTier(
             self.state_dir / "kubelet-tier",
