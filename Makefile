@@ -6,10 +6,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup system-deps venv control-plane lint test unit collection demo plan-demo images push-images lock clean
+.PHONY: setup system-deps venv control-plane kubelet-tier lint test unit collection demo plan-demo images push-images lock clean
 
-## setup: system packages, the Python venv and the cached control plane (idempotent)
-setup: system-deps venv control-plane
+## setup: system packages, the Python venv and the cached control plane (idempotent); with
+## NWB_KUBELET_TIER=1 also the kubelet tier (kubelet, containerd, crictl; see kubelet-tier)
+setup: system-deps venv control-plane $(if $(filter 1,$(NWB_KUBELET_TIER)),kubelet-tier)
 
 system-deps:
 	@bash scripts/install-system-deps.sh
@@ -26,6 +27,12 @@ $(BIN)/nwb: pyproject.toml requirements.lock
 
 control-plane:
 	@bash nodewright_bridge/sandbox/build-control-plane.sh >/dev/null
+
+## kubelet-tier: build and cache kubelet, containerd (+ runc shim) and crictl at pinned versions,
+## for `nwb sandbox up --mode kubelet` (runc and the CNI plugins come from Debian)
+kubelet-tier: control-plane
+	@NWB_KUBELET_TIER=1 bash scripts/install-system-deps.sh
+	@bash nodewright_bridge/sandbox/build-kubelet-tier.sh >/dev/null
 
 ## lint: ruff, mypy --strict and the import-linter layering contracts
 lint: venv

@@ -3,6 +3,8 @@
 set -euo pipefail
 PKGS=(debootstrap podman buildah skopeo runc crun docker-registry uidmap iproute2 util-linux procps
       slirp4netns)
+# The kubelet tier's nodes (NWB_KUBELET_TIER=1): Debian's runc (above) and CNI plugins.
+[[ "${NWB_KUBELET_TIER:-0}" = 1 ]] && PKGS+=(containernetworking-plugins)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [[ ${#missing[@]} -gt 0 ]]; then

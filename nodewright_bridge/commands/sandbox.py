@@ -20,7 +20,9 @@ from rich.console import Console
 
 from nodewright_bridge.sandbox import supervisor
 
-MODES = ("simulate", "exec", "podman")
+MODES = ("simulate", "exec", "podman", "kubelet")  # kubelet: real nodes, 1 to 3
+# Real nodes cost a containerd and a kubelet each; more than this does not fit 2 cores.
+KUBELET_MAX_NODES = 3
 # Cold: the Go build (20-40 min on 2 cores) plus start-up; warm: seconds.
 UP_TIMEOUT_SECONDS = 3600.0
 
@@ -92,6 +94,10 @@ def up(  # noqa: PLR0917 - click passes options positionally
             problems.append(f"--image-map[{index}]: expected REPO=existing-dir, got {item!r}")
             continue
         images[repo] = str(Path(package_dir).resolve())
+    if mode == "kubelet" and not 1 <= nodes <= KUBELET_MAX_NODES:
+        problems.append(
+            f"--nodes: the kubelet tier runs 1 to {KUBELET_MAX_NODES} nodes, got {nodes}"
+        )
     if problems:
         for problem in problems:
             click.echo(problem, err=True)

@@ -5,7 +5,8 @@ docs/node-pod-contract.md, "In the sandbox".
 
 ``Sandbox`` starts, in order: the control-plane binaries (built into the cache when missing), etcd,
 kube-apiserver, kube-controller-manager, kube-scheduler, optionally a local image registry, and the
-simulated kubelet serving N nodes in one of three package modes (simulate, exec, podman). Use it
+simulated kubelet serving N nodes in one of three package modes (simulate, exec, podman), or, in
+mode ``kubelet``, one to three real kubelet and containerd nodes (``kubeletnode``). Use it
 as a context manager or call ``start()``/``stop()``. ``nwb sandbox up`` runs one in a detached
 supervisor process (``nodewright_bridge.sandbox.supervisor``). ``restart_apiserver()`` restarts
 the API server in place while the kubelet and every client keep running (chaos tests).
@@ -15,9 +16,11 @@ from __future__ import annotations
 
 import logging
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nodewright_bridge.sandbox import binaries
 from nodewright_bridge.sandbox.controlplane import ControlPlane
@@ -25,7 +28,11 @@ from nodewright_bridge.sandbox.kubelet.api import RawApi
 from nodewright_bridge.sandbox.kubelet.kubelet import HEARTBEAT_SECONDS, Kubelet
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode
 from nodewright_bridge.sandbox.kubelet.runners import ContainerRunner, RunnerMode, SimulateRunner
+from nodewright_bridge.sandbox.kubeletnode.netns import ConnectProxy, egress_selector_config
 from nodewright_bridge.sandbox.registry import Registry
+
+if TYPE_CHECKING:  # the tier pulls in the image tooling: imported when a tier starts
+    from nodewright_bridge.sandbox.kubeletnode.tier import KubeletTier
 
 __all__ = ["Sandbox", "default_state_dir", "make_runner"]
 
@@ -33,6 +40,7 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 DEFAULT_NODE_PREFIX = "node-"
+KUBELET_TIER_MODE = "kubelet"
 # Registration is parallel; this bounds how long start() waits for every node to be served.
 NODES_READY_TIMEOUT_SECONDS = 300.0
 
@@ -71,7 +79,7 @@ class Sandbox:
         *,
         nodes: int = 3,
         labels: Mapping[str, str] | None = None,
-        mode: RunnerMode | str = RunnerMode.SIMULATE,
+        mode: RunnerMode | str = RunnerMode.SIMULATE,  # or KUBELET_TIER_MODE
         registry: bool = False,
         node_prefix: str = DEFAULT_NODE_PREFIX,
         image_map: Mapping[str, Path] | None = None,
@@ -81,8 +89,12 @@ class Sandbox:
         self.state_dir = state_dir
         self.node_count = nodes
         self.labels = dict(labels or {})
-        self.mode = RunnerMode(mode)
-        self.with_registry = registry
+        # The kubelet tier has no package runner: real kubelets and containerd run the pods.
+        self.kubelet_tier = str(mode) == KUBELET_TIER_MODE
+        self.mode = RunnerMode.SIMULATE if self.kubelet_tier else RunnerMode(mode)
+        self.with_registry = registry or self.kubelet_tier
+        self.tier: KubeletTier | None = None
+        self._egress: ConnectProxy | None = None
         self.node_prefix = node_prefix
         self.image_map = dict(image_map or {})
         self._runner = runner
@@ -105,6 +117,12 @@ class Sandbox:
     def nodes(self) -> list[SimNode]:
         return list(self.kubelet.nodes.values()) if self.kubelet else []
 
+    @property
+    def node_names(self) -> list[str]:
+        if self.tier is not None:
+            return list(self.tier.nodes)
+        return [node.name for node in self.nodes]
+
     def __enter__(self) -> Sandbox:
         self.start()
         return self
@@ -121,13 +139,29 @@ class Sandbox:
             cp_dir = self.state_dir / "controlplane"
             shutil.rmtree(cp_dir, ignore_errors=True)
             self.control_plane = ControlPlane(cp_dir, found)
+            if self.kubelet_tier:
+                # The API server reaches the nodes' kubelets only through the nodes' namespaces.
+                sock_dir = Path(tempfile.mkdtemp(prefix="nwb-egress-"))  # short: a socket path
+                self._egress = ConnectProxy(sock_dir / "egress.sock")
+                self._egress.start()
+                config = cp_dir / "egress-selector.yaml"
+                cp_dir.mkdir(parents=True, exist_ok=True)
+                config.write_text(egress_selector_config(self._egress.path))
+                self.control_plane.extra_apiserver_args.append(
+                    f"--egress-selector-config-file={config}"
+                )
+                # Real kubelets renew Leases; this lifts their not-ready taints as on a cluster.
+                self.control_plane.extra_controllers.append("node-lifecycle-controller")
             self.control_plane.start(progress=lambda text: say(f"starting {text}"))
             self.timings.update(self.control_plane.timings)
             if self.with_registry:
                 say("starting docker-registry")
                 self.registry = Registry(self.state_dir / "registry")
                 self.registry.start()
-            self.start_kubelet(progress=say)
+            if self.kubelet_tier:
+                self.start_kubelet_tier(progress=say)
+            else:
+                self.start_kubelet(progress=say)
             self.timings["sandbox"] = round(time.monotonic() - began, 2)
             say(f"sandbox ready in {self.timings['sandbox']:.1f}s")
         except BaseException:
@@ -153,6 +187,27 @@ class Sandbox:
         self.timings["nodes"] = round(time.monotonic() - began, 2)
         return self.kubelet
 
+    def start_kubelet_tier(self, progress: Progress | None = None) -> KubeletTier:
+        """Real kubelet nodes (``kubeletnode.tier``) on the running control plane."""
+        assert self.control_plane is not None and self.control_plane.pki is not None
+        assert self.registry is not None and self._egress is not None
+        from nodewright_bridge.sandbox.kubeletnode.tier import KubeletTier  # noqa: PLC0415
+
+        self.api = RawApi(self.kubeconfig)
+        self.tier = KubeletTier(
+            self.state_dir / "kubelet-tier",
+            api=self.api,
+            pki=self.control_plane.pki,
+            api_port=self.control_plane.apiserver_port,
+            registry_host=self.registry.host,
+            names=node_names(self.node_count, self.node_prefix),
+            egress=self._egress,
+            labels=self.labels,
+        )
+        self.tier.start(progress=progress)
+        self.timings.update(self.tier.timings)
+        return self.tier
+
     def restart_apiserver(self, *, down_seconds: float = 0.0, crash: bool = False) -> float:
         """Restart kube-apiserver in place while everything else keeps running
         (``ControlPlane.restart_apiserver``); the seconds the API was unavailable."""
@@ -162,6 +217,12 @@ class Sandbox:
 
     def stop(self) -> None:
         """Stop kubelet, registry and control plane (in that order); safe to call twice."""
+        if self.tier is not None:
+            try:
+                self.tier.stop()
+            except Exception:  # teardown continues with the control plane regardless
+                log.exception("stopping the kubelet tier failed")
+            self.tier = None
         if self.kubelet is not None:
             try:
                 self.kubelet.stop()
@@ -177,3 +238,7 @@ class Sandbox:
         if self.control_plane is not None:
             self.control_plane.stop()
             self.control_plane = None
+        if self._egress is not None:
+            self._egress.close()
+            shutil.rmtree(self._egress.path.parent, ignore_errors=True)
+            self._egress = None

@@ -14,9 +14,10 @@ K8S_VERSION="${K8S_VERSION:-v1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 HELM_VERSION="${HELM_VERSION:-v4.3.1}"
 WITH_HELM="${WITH_HELM:-1}"
-K8S_CMDS="kube-apiserver kube-controller-manager kube-scheduler kubectl"
+K8S_CMDS="${K8S_CMDS:-kube-apiserver kube-controller-manager kube-scheduler kubectl}"
+WITH_ETCD="${WITH_ETCD:-1}"
 CACHE="${NWB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nodewright-bridge}"
-OUT="$CACHE/bin/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}"
+OUT="${NWB_BIN_OUT:-$CACHE/bin/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}}"  # the kubelet tier reuses this
 
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}" CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:-} -modcacherw -buildvcs=false"
@@ -105,7 +106,7 @@ build_helm() {
     "helm.sh/helm/v4/cmd/helm@${HELM_VERSION}"
 }
 
-build_etcd
+[[ "$WITH_ETCD" = 1 ]] && build_etcd
 build_k8s
 [[ "$WITH_HELM" = 1 ]] && build_helm
 echo "$OUT"

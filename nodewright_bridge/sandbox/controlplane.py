@@ -82,6 +82,10 @@ class ControlPlane:
     processes: list[ManagedProcess] = field(default_factory=list)
     pki: pki_mod.Pki | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    # Added to kube-apiserver's flags (the kubelet tier's --egress-selector-config-file).
+    extra_apiserver_args: list[str] = field(default_factory=list)
+    # Run besides CONTROLLERS (the kubelet tier's real nodes want node-lifecycle-controller).
+    extra_controllers: list[str] = field(default_factory=list)
 
     @property
     def server(self) -> str:
@@ -213,7 +217,7 @@ class ControlPlane:
         ]
         if advertise:
             argv.append(f"--advertise-address={advertise}")
-        return argv
+        return argv + self.extra_apiserver_args
 
     def _apiserver_ready(self) -> Callable[[], bool]:
         assert self.pki is not None
@@ -296,7 +300,7 @@ class ControlPlane:
                 f"--kubeconfig={kubeconfig}",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
-                f"--controllers={','.join(CONTROLLERS)}",
+                f"--controllers={','.join((*CONTROLLERS, *self.extra_controllers))}",
                 "--leader-elect=false",
                 "--use-service-account-credentials=false",
                 f"--service-account-private-key-file={self.pki.sa_key}",

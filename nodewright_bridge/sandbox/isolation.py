@@ -69,7 +69,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
-from nodewright_bridge.sandbox import isolation_init, mounts
+from nodewright_bridge.sandbox import isolation_init, mounts, processes
 
 # --- the parent side ------------------------------------------------------------------------
 
@@ -287,6 +287,7 @@ def run_isolated(
     stdin: int | IO[bytes] | None = subprocess.DEVNULL,
     stdout: int | IO[bytes] | None = None,
     stderr: int | IO[bytes] | None = None,
+    die_with_parent: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` isolated on the node whose root is ``root``; see the module docstring.
 
@@ -305,6 +306,8 @@ def run_isolated(
         cwd: working directory inside the view (default ``/``).
         boot_id: if given, ``prepare_node(root, state, boot_id)`` runs first.
         stdin: as for ``subprocess.Popen``; ``stdout``/``stderr`` likewise.
+        die_with_parent: SIGKILL everything inside when the calling thread ends (a long-lived
+            node, such as the kubelet tier's, must not outlive a killed sandbox).
 
     Returns:
         The process; its exit status is the command's (``SETUP_FAILED_EXIT`` if the isolated
@@ -357,8 +360,12 @@ def run_isolated(
         str(Path(isolation_init.__file__).resolve()),
         json.dumps(spec),
     ]
+    preexec = None
+    if die_with_parent:
+        cmd, preexec = processes.dying_with_parent(cmd)
     return subprocess.Popen(
         cmd,
+        preexec_fn=preexec,  # noqa: PLW1509 - only without setpriv (see processes)
         env=dict(env),
         stdin=stdin,
         stdout=stdout,

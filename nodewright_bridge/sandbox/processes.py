@@ -51,6 +51,12 @@ def _with_pdeathsig(argv: list[str]) -> list[str]:
     return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv] if _SETPRIV else argv
 
 
+def dying_with_parent(argv: list[str]) -> tuple[list[str], Callable[[], None] | None]:
+    """``argv`` and a ``preexec_fn`` for ``Popen`` so that the child is SIGKILLed when the
+    thread that starts it ends (however the process ends): for children outside ManagedProcess."""
+    return _with_pdeathsig(argv), None if _SETPRIV else _set_pdeathsig
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -179,7 +179,7 @@ def run(state_dir: Path, request: Request) -> int:
         kubeconfig=str(sandbox.kubeconfig),
         server=sandbox.server,
         registry=sandbox.registry.host if sandbox.registry else "",
-        nodes=[node.name for node in sandbox.nodes],
+        nodes=sandbox.node_names,
         timings=sandbox.timings,
         logs=str(state_dir / "controlplane" / "logs"),
     )

@@ -1,0 +1,3 @@
+module local/nwb-pause
+
+go 1.26
