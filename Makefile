@@ -43,7 +43,7 @@ lint: venv
 
 ## test: everything CI runs (lint + collection sanity + unit + integration + e2e); a skipped
 # test fails it (tests/support/tier_guard.py)
-test: lint collection
+test: lint collection kubelet-tier
 	NWB_REQUIRE_ALL_TIERS=1 $(BIN)/pytest -q
 
 COLLECTION := collections/ansible_collections/nodewright/bridge
