@@ -299,6 +299,7 @@ def preflight_writes(work: Work) -> list[Action]:
         value = preflight.dump_records(work.preflight)
         out.append(SetAnnotations(node=node, annotations={preflight_annotation(cr): value}))
     drifted = _drifted(work) if (work.preflight or inp.drift_labelled) else False
+    work.drifted = drifted
     if drifted != inp.drift_labelled:
         out.append(SetLabels(node=node, labels={drift_label(cr): "true" if drifted else None}))
     if work.compliant:

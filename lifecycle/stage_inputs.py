@@ -161,3 +161,5 @@ class NodePlan:
     check_wanted: bool = False
     checks_running: int = 0
     preflight: Mapping[str, PreflightRecord] = field(default_factory=dict)
+    # the node shows drift for this CR once the actions are applied (its drift label)
+    drifted: bool = False

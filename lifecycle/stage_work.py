@@ -49,6 +49,7 @@ class Work:
     check_pending: bool = False
     check_wanted: bool = False
     compliant: list[str] = field(default_factory=list)  # recorded complete by a check this pass
+    drifted: bool = False  # the node shows drift once this plan's writes are applied
 
     @property
     def now(self) -> datetime:

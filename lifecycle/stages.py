@@ -215,4 +215,5 @@ def _finish(work: Work, status: Status, reason: str) -> NodePlan:
         check_wanted=work.check_wanted,
         checks_running=len(work.checking),
         preflight=dict(work.preflight),
+        drifted=work.drifted,
     )

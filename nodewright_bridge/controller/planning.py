@@ -163,6 +163,7 @@ class PassPlan:
     waiting_release: bool  # our pods on a released node must end first
     validation: validating.ValidationPlan  # check before cordon: pods, records, the gate
     checks: frozenset[str] = frozenset()  # nodes granted a check pod (``lifecycle.preflight``)
+    checks_in_use: bool = False  # the CR preflights a package or detects drift
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +183,10 @@ class NodeResults:
     failures: list[stages.NodeFailure] = field(default_factory=list)
     wakeups: list[datetime] = field(default_factory=list)
     works: int = 0
+    # check mode, as each planned node stands once its actions are applied: its records, the
+    # entries it will record and whether it shows drift (the report reads these, so Drifted and
+    # the counts agree with the labels written in the same pass)
+    checked: dict[str, stages.NodePlan] = field(default_factory=dict)
 
 
 def plan_key(
@@ -336,7 +341,18 @@ def plan_pass(
             running=sum(p.checks_running for _, p in probes.values()),
             limit=check_limit,
         )
-    return PassPlan(plan, probes, records, unpickable, outside, tainting, waiting, checked, checks)
+    return PassPlan(
+        plan,
+        probes,
+        records,
+        unpickable,
+        outside,
+        tainting,
+        waiting,
+        checked,
+        checks,
+        checks_in_use(cr),
+    )
 
 
 def _hold_if_gated(
@@ -402,6 +418,8 @@ def node_works(
         )
         node_actions = (*node_plan.actions, *extra)
         results.status[node] = node_plan.status
+        if passed.checks_in_use:
+            results.checked[node] = node_plan
         results.failures.extend(node_plan.failures)
         if node_plan.requeue_at is not None:
             results.wakeups.append(node_plan.requeue_at)
@@ -454,21 +472,34 @@ def drain_views(seen: Observation, status: Mapping[str, Status]) -> list[aggrega
     return views
 
 
-def check_views(seen: Observation) -> tuple[dict[str, str], list[aggregation.DriftView]]:
+def checks_in_use(cr: NodeWright) -> bool:
+    """The CR preflights a package or detects drift: check mode is reported for it."""
+    spec = cr.spec
+    return spec.drift_detection is not None or any(p.preflight for p in spec.packages.values())
+
+
+def check_views(
+    seen: Observation, results: NodeResults | None = None
+) -> tuple[dict[str, str], list[aggregation.DriftView]]:
     """Every targeted node's check-mode outcome for its current cycle and the drifted nodes
-    (``lifecycle.preflight``): the per-compartment counts and ``Drifted``. Nothing to read for a
-    CR that neither preflights a package nor detects drift."""
-    spec = seen.cr.spec
-    if spec.drift_detection is None and not any(p.preflight for p in spec.packages.values()):
+    (``lifecycle.preflight``): the per-compartment counts and ``Drifted``. A node planned this
+    pass counts as its plan leaves it (``results.checked``), the others as last observed.
+    Nothing to read for a CR that neither preflights a package nor detects drift."""
+    if not checks_in_use(seen.cr):
         return {}, []
-    versions = {name: pkg.version for name, pkg in spec.packages.items()}
+    versions = {name: pkg.version for name, pkg in seen.cr.spec.packages.items()}
+    planned = results.checked if results is not None else {}
     checks: dict[str, str] = {}
     drifted: list[aggregation.DriftView] = []
     for snap in _targeted(seen):
-        outcome = preflight.node_check(versions, snap.state, snap.preflight)
+        plan = planned.get(snap.name)
+        state = plan.state if plan is not None else snap.state
+        records = plan.preflight if plan is not None else snap.preflight
+        shows_drift = plan.drifted if plan is not None else snap.drift_labelled
+        outcome = preflight.node_check(versions, state, records)
         if outcome:
             checks[snap.name] = outcome
-        found = preflight.drift_found(snap.preflight) if snap.drift_labelled else None
+        found = preflight.drift_found(records) if shows_drift else None
         if found is not None:
             drifted.append(aggregation.DriftView(snap.name, found[0], found[1]))
     return checks, drifted

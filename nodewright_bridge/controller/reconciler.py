@@ -318,7 +318,7 @@ class NodeWrightReconciler:
         """Step 4: aggregate and write the status, post the rollout's Events, set metrics."""
         cr, old, plan = seen.cr, seen.old, passed.rollout
         name = cr.metadata.name
-        checks, drifted = planning.check_views(seen)
+        checks, drifted = planning.check_views(seen, results)
         status = aggregation.aggregate(
             aggregation.rollout_input(
                 cr,

@@ -156,9 +156,15 @@ def test_drift_on_one_node_is_labelled_reported_and_remediated(world: World) -> 
     def labelled(node: str) -> bool:
         return (world.node(node).metadata.labels or {}).get(label) == "true"
 
-    wait_for(lambda: labelled(drifted), what="drift label", timeout=60)  # two intervals + pods
+    wait_for(lambda: labelled(drifted), what="drift label", timeout=90)  # two intervals + pods
+    # the label and the condition come from the same pass: the status write follows the node's
+    wait_for(
+        lambda: (world.condition(cr, "Drifted") or {}).get("status") == "True",
+        what="Drifted True",
+        timeout=30,
+    )
     condition = world.condition(cr, "Drifted")
-    assert condition is not None and condition["status"] == "True", condition
+    assert condition is not None
     assert f"first: {drifted}, package sysctl" in condition["message"], condition
     assert not labelled(steady)
 
