@@ -1,8 +1,8 @@
 """Settled nodes: snapshots and plans kept between reconcile passes, so a pass costs what changed.
 
 A node is *settled* when its plan has nothing to do (no failure, no action but deleting pods
-whose result is recorded: asking again is harmless, a delete in flight or answered moments ago
-is not sent again, and a gone pod answers 404). Most nodes of a large rollout are settled at any moment: waiting for their
+whose result is recorded: asking again is harmless, a delete in flight or answered moments
+ago is not sent again, and a gone pod answers 404). Most nodes of a large rollout are settled at any moment: waiting for their
 batch, complete, or running a package pod that has not ended. A plan is a pure function of the
 parsed CR, the Node, the pods on it, a few flags and the time, and time enters only through
 deadlines, which the planner reports as ``requeue_at``. So a settled node's snapshot and plans
