@@ -28,7 +28,7 @@ from lifecycle.spec import NodeWright
 from nodewright_bridge.clock import Clock
 from nodewright_bridge.controller import podspec
 from nodewright_bridge.controller.productmetrics import ProductMetrics
-from nodewright_bridge.errors import AlreadyExistsError
+from nodewright_bridge.errors import AlreadyExistsError, ApiError
 from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.patching import Writer
 from nodewright_bridge.k8s.rest import Rest
@@ -94,7 +94,11 @@ class PodStarts:
         name = body["metadata"]["name"]
         body["metadata"]["namespace"] = self._namespace
         if not self._create(resources.CONFIG_MAPS, body):
-            found = self._rest.get(resources.CONFIG_MAPS, name, namespace=self._namespace)
+            try:
+                found = self._rest.get(resources.CONFIG_MAPS, name, namespace=self._namespace)
+            except ApiError:  # it existed a moment ago, as before: the pod start goes on
+                logger.debug("vars ConfigMap not read back", extra={"configmap": name})
+                return
             meta = found.get("metadata") or {}
             owners = {str(o.get("uid", "")) for o in meta.get("ownerReferences") or ()}
             if cr.metadata.uid not in owners or meta.get("deletionTimestamp"):
