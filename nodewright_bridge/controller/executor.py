@@ -96,8 +96,10 @@ class Executor:
         self._events = events
         self._metrics = metrics
         self._on_node_written = on_node_written
-        self._starts = PodStarts(rest, writer, namespace, metrics, clock)
-        self._deletes = PodDeletes(rest, writer, namespace, self.foreground)
+        self._deletes = PodDeletes(rest, writer, namespace, self.foreground, clock)
+        self._starts = PodStarts(
+            rest, writer, namespace, metrics, clock, creating=self._deletes.forget
+        )
         self._evictions = Evictions(rest, writer, metrics)
         self._written_statuses: dict[tuple[str, str], Status] = {}
         self._written_lock = threading.Lock()
@@ -142,6 +144,10 @@ class Executor:
     def delete_pod_soon(self, name: str) -> None:
         """Delete a pod of the controller namespace in the background (sent once)."""
         self._deletes.soon(name)
+
+    def wait_for_deletes(self, timeout: float) -> bool:
+        """Wait until the background pod deletes are sent; False if ``timeout`` passed first."""
+        return self._deletes.wait_idle(timeout)
 
     def write_annotations(self, node: str, annotations: Mapping[str, str | None]) -> None:
         """An unconditional annotation write (a batch record that must land on its own)."""
@@ -279,6 +285,7 @@ class Executor:
             return self._written_statuses.get((cr_name, node))
 
     def forget(self, cr_name: str) -> None:
+        self._starts.forget(cr_name)
         with self._written_lock:
             for key in [k for k in self._written_statuses if k[0] == cr_name]:
                 del self._written_statuses[key]

@@ -6,6 +6,13 @@ creating a second one, so a create is create-if-absent (409 AlreadyExists is suc
 process created but the pod cache does not show yet keeps its node from being planned again
 (``awaiting``): otherwise the next pass plans the same create, and a busy API server answers
 hundreds of needless 409s.
+
+Why a vars ConfigMap is created once per process, not once per pass: its name carries the hash of
+what it holds (``podspec.vars_configmap_name``), so one that exists is the right one for as long
+as it exists, and it exists as long as its CR (the owner reference; nothing else deletes it).
+So once this process created it, or found it owned by the CR's uid, the pod starts of later
+batches skip the create that would only be answered 409. A CR deleted and created again under
+its old name has a new uid, so its first pod start checks again.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from lifecycle.spec import NodeWright
 from nodewright_bridge.clock import Clock
 from nodewright_bridge.controller import podspec
 from nodewright_bridge.controller.productmetrics import ProductMetrics
-from nodewright_bridge.errors import AlreadyExistsError
+from nodewright_bridge.errors import AlreadyExistsError, ApiError
 from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.patching import Writer
 from nodewright_bridge.k8s.rest import Rest
@@ -45,18 +52,28 @@ class PodStarts:
         namespace: str,
         metrics: ProductMetrics,
         clock: Clock,
+        *,
+        creating: Callable[[str], None] = lambda name: None,
     ) -> None:
+        """``creating(name)`` is told before a pod named ``name`` is created (a delete of an
+        earlier pod of that name is no longer the latest word on it)."""
         self._rest = rest
+        self._creating = creating
         self._writer = writer
         self._namespace = namespace
         self._metrics = metrics
         self._clock = clock
         self._unseen: dict[str, dict[str, float]] = {}  # node -> {pod key: created (monotonic)}
+        self._config_maps: dict[str, tuple[str, str]] = {}  # known to exist: name -> (cr, uid)
         self._lock = threading.Lock()
 
     def config_map_soon(self, cr: NodeWright, package: str) -> Future[None]:
-        """Create the package's vars ConfigMap on a thread; pod creates wait for the future."""
+        """Create the package's vars ConfigMap on a thread; pod creates wait for the future
+        (done at once when it is known to exist)."""
         done: Future[None] = Future()
+        if self._known(cr, podspec.build_vars_configmap(cr, cr.spec.packages[package])):
+            done.set_result(None)
+            return done
 
         def create() -> None:
             try:
@@ -70,9 +87,35 @@ class PodStarts:
         return done
 
     def config_map(self, cr: NodeWright, package: str) -> None:
+        """Make sure the package's vars ConfigMap exists (see the module docstring)."""
         body = podspec.build_vars_configmap(cr, cr.spec.packages[package])
+        if self._known(cr, body):
+            return
+        name = body["metadata"]["name"]
         body["metadata"]["namespace"] = self._namespace
-        self._create(resources.CONFIG_MAPS, body)
+        if not self._create(resources.CONFIG_MAPS, body):
+            try:
+                found = self._rest.get(resources.CONFIG_MAPS, name, namespace=self._namespace)
+            except ApiError:  # it existed a moment ago, as before: the pod start goes on
+                logger.debug("vars ConfigMap not read back", extra={"configmap": name})
+                return
+            meta = found.get("metadata") or {}
+            owners = {str(o.get("uid", "")) for o in meta.get("ownerReferences") or ()}
+            if cr.metadata.uid not in owners or meta.get("deletionTimestamp"):
+                return  # not (or no longer) the CR's own: checked again at the next pod start
+        with self._lock:
+            self._config_maps[name] = (cr.metadata.name, cr.metadata.uid)
+
+    def forget(self, cr_name: str) -> None:
+        """``cr_name`` was cleaned up after: its ConfigMaps are no longer known."""
+        with self._lock:
+            for name in [n for n, (c, _) in self._config_maps.items() if c == cr_name]:
+                del self._config_maps[name]
+
+    def _known(self, cr: NodeWright, body: JsonObject) -> bool:
+        with self._lock:
+            known = self._config_maps.get(body["metadata"]["name"])
+        return known == (cr.metadata.name, cr.metadata.uid) and bool(cr.metadata.uid)
 
     def package_pod(
         self, cr: NodeWright, action: actions.CreatePackagePod, config_map: Future[None] | None
@@ -126,6 +169,7 @@ class PodStarts:
         existed. Not remembered as unseen: no node plan waits for it."""
         self.config_map(cr, package)
         pod["metadata"]["namespace"] = self._namespace
+        self._creating(pod["metadata"]["name"])
         if not self._create(resources.PODS, pod):
             return False
         self._metrics.pods_created.labels(cr.metadata.name, "validation").inc()
@@ -158,6 +202,7 @@ class PodStarts:
             config_map.result()
         pod = podspec.build_pod(request)
         pod["metadata"]["namespace"] = self._namespace
+        self._creating(pod["metadata"]["name"])
         if not self._create(resources.PODS, pod):
             return None
         with self._lock:

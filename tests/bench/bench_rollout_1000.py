@@ -3,7 +3,8 @@
 One package whose pods take 10 s (simulate mode), an exponential policy. Prints:
 - total rollout time (CR created -> Ready=True) against the floor: the sum of the batch durations,
   i.e. (number of batches the offline planner predicts) x (pod duration);
-- API requests per node (the controller's own request counter, scraped from its /metrics);
+- API requests per node (the controller's own request counter, scraped from its /metrics), by
+  verb, resource and response code, and the requests still sent in the 10 s after Ready;
 - the controller's peak RSS and CPU seconds (``/usr/bin/time -v`` around ``nwb controller``);
 - the CR status size in bytes (compact JSON);
 - reconciles and the time they took (the controller's own histogram);
@@ -61,6 +62,8 @@ from nodewright_bridge.sandbox.kubelet.runners import (
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET_LABEL = {"bench.nodewright.io/fleet": "rollout"}
+# After Ready the bench keeps the controller running this long and counts what it still sends.
+AFTER_READY_SECONDS = 10.0
 
 
 class TimedRunner(SimulateRunner):
@@ -181,7 +184,8 @@ def sample(metrics_text: str, name: str) -> float:
     return total
 
 
-def requests_by_kind(metrics_text: str) -> dict[str, float]:
+def requests_by_kind(metrics_text: str, *, codes: bool = False) -> dict[str, float]:
+    """Request counts per "verb resource" (with ``codes``: per "verb resource code")."""
     out: dict[str, float] = {}
     pattern = re.compile(r"^nwb_api_requests_total\{([^}]*)\} ([0-9.e+]+)$")
     for line in metrics_text.splitlines():
@@ -190,6 +194,8 @@ def requests_by_kind(metrics_text: str) -> dict[str, float]:
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
         key = f"{labels.get('verb', '?')} {labels.get('resource', '?')}"
+        if codes:
+            key += f" {labels.get('code', '?')}"
         out[key] = out.get(key, 0.0) + float(match.group(2))
     return out
 
@@ -314,6 +320,11 @@ def run(  # noqa: PLR0917 - the command line's options, passed once
         total = time.monotonic() - created
         final = scrape(port)
         counts = requests_by_kind(final)
+        coded = requests_by_kind(final, codes=True)
+        # What the controller still sends once the CR says Ready (background deletes, Events).
+        time.sleep(AFTER_READY_SECONDS)
+        after = requests_by_kind(scrape(port), codes=True)
+        late = {k: v - coded.get(k, 0.0) for k, v in after.items() if v > coded.get(k, 0.0)}
         reconciles = sample(final, "nwb_reconcile_duration_seconds_count")
         reconcile_seconds = sample(final, "nwb_reconcile_duration_seconds_sum")
         status_bytes = len(json.dumps(cr.get("status") or {}, separators=(",", ":")))
@@ -340,7 +351,10 @@ def run(  # noqa: PLR0917 - the command line's options, passed once
     )
     print(f"API requests               {requests:.0f} during the rollout, "
           f"{requests / nodes:.2f} per node ({idle_requests:.0f} before it)")  # fmt: skip
-    for key, value in sorted(counts.items(), key=lambda kv: -kv[1])[:8]:
+    for key, value in sorted(coded.items(), key=lambda kv: -kv[1]):
+        print(f"    {key:40s} {value:.0f} ({value / nodes:.2f} per node)")
+    print(f"  in the {AFTER_READY_SECONDS:g}s after Ready   {sum(late.values()):.0f}")
+    for key, value in sorted(late.items(), key=lambda kv: -kv[1]):
         print(f"    {key:40s} {value:.0f}")
     if usage:
         print(f"controller peak RSS        {usage.get('rss_kb', 0) / 1024:.1f} MB")
