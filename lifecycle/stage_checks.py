@@ -26,7 +26,6 @@ from lifecycle.stage_identities import (
     CHAINS,
     content_id,
     parse_time,
-    resource_id,
     rfc3339,
     truncate,
 )
@@ -41,6 +40,7 @@ from lifecycle.stage_work import (
     duration,
     fingerprint,
     fmt_duration,
+    fresh_cycle,
     node_started,
     pod_failure_text,
     previous_version,
@@ -193,37 +193,24 @@ def record_compliant(
 ) -> None:
     """Check mode found nothing to change: the cycle is complete without a pod, a cordon, a
     drain or an interrupt, and takes no batch slot."""
-    inp = work.inp
-    hash_ = config_hash_of(work, name, pkg)
     entry = work.state.get(key) or PackageState(stage=Stage.CONFIG, state=StageState.COMPLETE)
     work.put(
         key,
         entry,
-        stage=Stage.CONFIG,
-        state=StageState.COMPLETE,
-        attempts=0,
-        retry_at="",
-        message="",
-        started=rfc3339(inp.now),
-        resource_id=resource_id(inp.cr, name, pkg.version, hash_),
-        boot_id=None,
-        interrupt="",
-        declared=record.declared or entry.declared,
-        requested=None,
-        merged_with=[],
-        interrupt_by="",
-        cause="",
-        reattempt_at="",
-        reattempts=0,
-        rerun=False,
-        config_hash=hash_,
-        config_keys=config_digests_of(work, name, pkg),
-        changed_keys=[],
-        content=content_id(pkg),
-        spec=fingerprint(work, name, pkg),
-        pending_handlers=[],
-        preflight=Outcome.COMPLIANT.value,
-        preflight_tasks=[],
+        **{
+            **fresh_cycle(work, name, pkg),
+            "stage": Stage.CONFIG,
+            "state": StageState.COMPLETE,
+            "declared": record.declared or entry.declared,
+            "config_hash": config_hash_of(work, name, pkg),
+            "config_keys": config_digests_of(work, name, pkg),
+            "changed_keys": [],
+            "content": content_id(pkg),
+            "spec": fingerprint(work, name, pkg),
+            "pending_handlers": [],
+            "preflight": Outcome.COMPLIANT.value,
+            "preflight_tasks": [],
+        },
     )
     stage_pods.drop_older_versions(work, name, pkg.version)
     work.preflight.pop(name, None)

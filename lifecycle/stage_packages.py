@@ -27,7 +27,7 @@ from lifecycle.cycles import INTERRUPT_STAGES, PRE_INTERRUPT
 from lifecycle.nodestate import PackageState, Stage, StageState
 from lifecycle.preflight import Outcome, PreflightRecord
 from lifecycle.spec import Package
-from lifecycle.stage_identities import chain, content_id, parse_time, resource_id, rfc3339
+from lifecycle.stage_identities import chain, content_id, parse_time, rfc3339
 from lifecycle.stage_work import (
     Work,
     config_digests_of,
@@ -36,6 +36,7 @@ from lifecycle.stage_work import (
     converged,
     fingerprint,
     fmt_duration,
+    fresh_cycle,
     node_erroring,
     node_started,
     previous_version,
@@ -105,24 +106,7 @@ def _start(work: Work, name: str, pkg: Package, key: str, *, may_start: bool, ki
         return
     inp = work.inp
     entry = work.state.get(key)
-    hash_ = config_hash_of(work, name, pkg)
-    base = {
-        "state": StageState.IN_PROGRESS,
-        "attempts": 0,
-        "retry_at": "",
-        "message": "",
-        "started": rfc3339(inp.now),
-        "resource_id": resource_id(inp.cr, name, pkg.version, hash_),
-        "boot_id": None,
-        "interrupt": "",
-        "requested": None,
-        "merged_with": [],
-        "interrupt_by": "",
-        "cause": "",
-        "reattempt_at": "",
-        "reattempts": 0,
-        "rerun": False,
-    }
+    base = fresh_cycle(work, name, pkg)
     known = inp.declared.get(key)
     if known is not None and (entry is None or entry.declared is None):
         base["declared"] = known

@@ -19,7 +19,14 @@ from lifecycle.errors import InvalidVersionError
 from lifecycle.nodestate import PackageState, Stage, StageState, package_key
 from lifecycle.preflight import Outcome, PreflightRecord
 from lifecycle.spec import Package
-from lifecycle.stage_identities import config_digests, config_hash, content_id, rfc3339, stable_json
+from lifecycle.stage_identities import (
+    config_digests,
+    config_hash,
+    content_id,
+    resource_id,
+    rfc3339,
+    stable_json,
+)
 from lifecycle.stage_inputs import NodeFailure, NodeInput, PodObservation
 from lifecycle.status import Status
 
@@ -67,6 +74,28 @@ class Work:
 
 def config_hash_of(work: Work, name: str, pkg: Package) -> str:
     return config_hash(pkg, work.inp.secret_data.get(name, ""))
+
+
+def fresh_cycle(work: Work, name: str, pkg: Package) -> dict[str, object]:
+    """The fields a new cycle of ``name`` starts from: no attempt, no interrupt bookkeeping, no
+    outside cause, a new change identity (``resource_id``)."""
+    return {
+        "state": StageState.IN_PROGRESS,
+        "attempts": 0,
+        "retry_at": "",
+        "message": "",
+        "started": rfc3339(work.now),
+        "resource_id": resource_id(work.inp.cr, name, pkg.version, config_hash_of(work, name, pkg)),
+        "boot_id": None,
+        "interrupt": "",
+        "requested": None,
+        "merged_with": [],
+        "interrupt_by": "",
+        "cause": "",
+        "reattempt_at": "",
+        "reattempts": 0,
+        "rerun": False,
+    }
 
 
 def fingerprint(work: Work, name: str, pkg: Package) -> str:
