@@ -39,6 +39,7 @@ from nodewright_bridge.sandbox.kubelet.podman_runner import (
     PODMAN_TIMEOUT_SECONDS,
     PodmanContainer,
     container_name,
+    pull_image,
 )
 from nodewright_bridge.sandbox.kubelet.runners import (
     ContainerSpec,
@@ -166,18 +167,7 @@ class ImagePodRunner:
 
     def _pull(self, image: str) -> str:
         """Pull ``image`` and return its configured user (``ErrImagePull`` when it fails)."""
-        tls = f"--tls-verify={str(self.tls_verify).lower()}"
-        pulled = subprocess.run(
-            ["podman", *PODMAN_GLOBAL, "pull", "--quiet", tls, image],
-            capture_output=True,
-            text=True,
-            timeout=PODMAN_TIMEOUT_SECONDS,
-            check=False,
-        )
-        if pulled.returncode != 0:
-            raise ContainerStartError(
-                f"pull {image}: {pulled.stderr.strip()}", reason="ErrImagePull"
-            )
+        pull_image(image, tls_verify=self.tls_verify)
         shown = subprocess.run(
             ["podman", "image", "inspect", "--format", "{{json .Config}}", image],
             capture_output=True,

@@ -53,6 +53,21 @@ NWB_DIR = "/.nwb"
 # How long `podman kill` / `podman pull` may take before we give up on them.
 PODMAN_TIMEOUT_SECONDS = 120
 
+
+def pull_image(image: str, *, tls_verify: bool) -> None:
+    """Pull ``image``; a failure is the kubelet's ``ErrImagePull`` (the container waits)."""
+    tls = f"--tls-verify={str(tls_verify).lower()}"
+    pulled = subprocess.run(
+        ["podman", *PODMAN_GLOBAL, "pull", "--quiet", tls, image],
+        capture_output=True,
+        text=True,
+        timeout=PODMAN_TIMEOUT_SECONDS,
+        check=False,
+    )
+    if pulled.returncode != 0:
+        raise ContainerStartError(f"pull {image}: {pulled.stderr.strip()}", reason="ErrImagePull")
+
+
 ENTER_SCRIPT = r"""#!/bin/sh
 # nodewright-bridge sandbox: isolate each mounted node root, then run the pod's command.
 set -e
@@ -164,19 +179,7 @@ class PodmanRunner:
         return None
 
     def _pull(self, image: str) -> None:
-        """Pull ``image``; a failure is the kubelet's ``ErrImagePull`` (the container waits)."""
-        tls = f"--tls-verify={str(self.tls_verify).lower()}"
-        pulled = subprocess.run(
-            ["podman", *PODMAN_GLOBAL, "pull", "--quiet", tls, image],
-            capture_output=True,
-            text=True,
-            timeout=PODMAN_TIMEOUT_SECONDS,
-            check=False,
-        )
-        if pulled.returncode != 0:
-            raise ContainerStartError(
-                f"pull {image}: {pulled.stderr.strip()}", reason="ErrImagePull"
-            )
+        pull_image(image, tls_verify=self.tls_verify)
 
     def _image_command(self, image: str) -> list[str]:
         """The image's entrypoint + cmd, for pods that give no command (pulls the image)."""
