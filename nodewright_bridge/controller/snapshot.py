@@ -251,12 +251,29 @@ def pdb_view(pdb: Mapping[str, Any]) -> draining.PdbView | None:
     )
 
 
-def _container_state(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+def agent_state(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The state of one of our pods' ``agent`` container (or its first container)."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or ()
     for status in statuses:
         if status.get("name") == "agent":
             return status.get("state") or {}
     return statuses[0].get("state") or {} if statuses else {}
+
+
+def pod_attempt(annotations: Mapping[str, Any]) -> int:
+    """The attempt one of our pods runs (its annotation; 1 when missing or garbled)."""
+    try:
+        return int(annotations.get(ATTEMPT_ANNOTATION, "1"))
+    except ValueError:
+        return 1
+
+
+def pod_phase(pod: Mapping[str, Any]) -> PodPhase:
+    """The pod's phase (Pending when not reported, Unknown when not one we know)."""
+    try:
+        return PodPhase((pod.get("status") or {}).get("phase") or "Pending")
+    except ValueError:
+        return PodPhase.UNKNOWN
 
 
 def is_validation_pod(pod: Mapping[str, Any]) -> bool:
@@ -276,16 +293,10 @@ def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
     stages = tuple(s for s in str(annotations.get(STAGES_ANNOTATION, "")).split(",") if s)
     if not stages and labels.get(LABEL_STAGE):
         stages = (labels[LABEL_STAGE],)
-    try:
-        attempt = int(annotations.get(ATTEMPT_ANNOTATION, "1"))
-    except ValueError:
-        attempt = 1
+    attempt = pod_attempt(annotations)
     status = pod.get("status") or {}
-    try:
-        phase = PodPhase(status.get("phase") or "Pending")
-    except ValueError:
-        phase = PodPhase.UNKNOWN
-    state = _container_state(pod)
+    phase = pod_phase(pod)
+    state = agent_state(pod)
     result = None
     waiting = ""
     finished = None

@@ -46,16 +46,10 @@ def decode_pod(pod: Mapping[str, Any]) -> validating.ValidationPod | None:
     if not package:
         return None
     annotations = meta.get("annotations") or {}
-    try:
-        attempt = int(annotations.get(podspec.ANNOTATION_ATTEMPT, "1"))
-    except ValueError:
-        attempt = 1
+    attempt = snapshot.pod_attempt(annotations)
     status = pod.get("status") or {}
-    try:
-        phase = PodPhase(status.get("phase") or "Pending")
-    except ValueError:
-        phase = PodPhase.UNKNOWN
-    state = _agent_state(pod)
+    phase = snapshot.pod_phase(pod)
+    state = snapshot.agent_state(pod)
     waiting = state.get("waiting") or {}
     terminated = state.get("terminated") or {}
     result = None
@@ -125,11 +119,3 @@ def start_pods(executor: Executor, cr: NodeWright, plan: validating.ValidationPl
 def delete_pods(executor: Executor, names: Sequence[str]) -> None:
     for name in names:
         executor.delete_pod_soon(name)
-
-
-def _agent_state(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or ()
-    for status in statuses:
-        if status.get("name") == "agent":
-            return status.get("state") or {}
-    return statuses[0].get("state") or {} if statuses else {}
