@@ -50,77 +50,62 @@ def _switch(
     say(f"nodewright/{name}: {what} ({shown})", dry_run=dry_run)
 
 
-@click.command(name="pause")
-@click.argument("name")
-@change_options(confirm=False)
-def pause(name: str, dry_run: bool, kubeconfig: str | None, kube_context: str | None) -> None:
-    """Pause a rollout: nothing new starts; running pods finish and are recorded."""
-    with reported():
-        _switch(
-            name,
-            PAUSE_ANNOTATION,
-            True,
-            dry_run=dry_run,
-            kubeconfig=kubeconfig,
-            kube_context=kube_context,
-            what="paused",
-        )
+def _switch_command(
+    verb: str, key: str, *, on: bool, what: str, doc: str, question: str = ""
+) -> click.Command:
+    """``nwb <verb> NAME``: set (``on``) or remove the annotation ``key``; with ``question``
+    it asks first (``--yes`` skips the question)."""
+
+    def run(
+        name: str,
+        dry_run: bool,
+        kubeconfig: str | None,
+        kube_context: str | None,
+        yes: bool = False,
+    ) -> None:
+        with reported():
+            if question:
+                confirmed(question.format(name=name), yes=yes, dry_run=dry_run)
+            _switch(
+                name,
+                key,
+                on,
+                dry_run=dry_run,
+                kubeconfig=kubeconfig,
+                kube_context=kube_context,
+                what=what,
+            )
+
+    run.__doc__ = doc
+    options = change_options(confirm=bool(question))(run)
+    return click.command(name=verb)(click.argument("name")(options))
 
 
-@click.command(name="resume")
-@click.argument("name")
-@change_options(confirm=False)
-def resume(name: str, dry_run: bool, kubeconfig: str | None, kube_context: str | None) -> None:
-    """Resume a paused rollout."""
-    with reported():
-        _switch(
-            name,
-            PAUSE_ANNOTATION,
-            False,
-            dry_run=dry_run,
-            kubeconfig=kubeconfig,
-            kube_context=kube_context,
-            what="resumed",
-        )
-
-
-@click.command(name="disable")
-@click.argument("name")
-@change_options(confirm=True)
-def disable(
-    name: str, dry_run: bool, yes: bool, kubeconfig: str | None, kube_context: str | None
-) -> None:
-    """Disable a NodeWright: nothing new starts and later CRs no longer wait for it."""
-    with reported():
-        confirmed(
-            f"Disable nodewright/{name}? Later CRs stop waiting for it.", yes=yes, dry_run=dry_run
-        )
-        _switch(
-            name,
-            DISABLE_ANNOTATION,
-            True,
-            dry_run=dry_run,
-            kubeconfig=kubeconfig,
-            kube_context=kube_context,
-            what="disabled",
-        )
-
-
-@click.command(name="enable")
-@click.argument("name")
-@change_options(confirm=False)
-def enable(name: str, dry_run: bool, kubeconfig: str | None, kube_context: str | None) -> None:
-    """Enable a disabled NodeWright again."""
-    with reported():
-        _switch(
-            name,
-            DISABLE_ANNOTATION,
-            False,
-            dry_run=dry_run,
-            kubeconfig=kubeconfig,
-            kube_context=kube_context,
-            what="enabled",
-        )
+pause = _switch_command(
+    "pause",
+    PAUSE_ANNOTATION,
+    on=True,
+    what="paused",
+    doc="Pause a rollout: nothing new starts; running pods finish and are recorded.",
+)
+resume = _switch_command(
+    "resume", PAUSE_ANNOTATION, on=False, what="resumed", doc="Resume a paused rollout."
+)
+disable = _switch_command(
+    "disable",
+    DISABLE_ANNOTATION,
+    on=True,
+    what="disabled",
+    doc="Disable a NodeWright: nothing new starts and later CRs no longer wait for it.",
+    question="Disable nodewright/{name}? Later CRs stop waiting for it.",
+)
+enable = _switch_command(
+    "enable",
+    DISABLE_ANNOTATION,
+    on=False,
+    what="enabled",
+    doc="Enable a disabled NodeWright again.",
+)
 
 
 @click.command(name="resume-compartment")
