@@ -36,6 +36,7 @@ from lifecycle.stage_work import (
     config_digests_of,
     config_hash_of,
     converged,
+    drift_found,
     drift_record,
     duration,
     fingerprint,
@@ -258,17 +259,11 @@ def _drifted(work: Work) -> bool:
     remediation of one is still open."""
     for name, pkg, key in spec_items(work):
         entry = work.state.get(key)
-        record = drift_record(work, name)
         if entry is None:
             continue
         if entry.preflight == DRIFTED and not cycles.is_terminal(pkg, entry):
             return True
-        if (
-            record is not None
-            and record.outcome is Outcome.CHANGES
-            and entry.state is StageState.COMPLETE
-            and record.basis == check_basis(work, name, pkg, "reapply")
-        ):
+        if drift_found(work, name, pkg, entry):
             return True
     return False
 

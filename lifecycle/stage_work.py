@@ -253,14 +253,19 @@ def check_basis(work: Work, name: str, pkg: Package, kind: str) -> str:
     return preflight.basis(fingerprint(work, name, pkg), kind, _had(work, name))
 
 
-def remediating(work: Work, name: str, pkg: Package, entry: PackageState) -> bool:
-    """A drift check found this complete entry's node changed and the CR remediates drift."""
-    detection = work.inp.cr.spec.drift_detection
-    if detection is None or not detection.remediate:
-        return False
+def drift_found(work: Work, name: str, pkg: Package, entry: PackageState) -> bool:
+    """A drift check found this complete entry's node changed (and nothing moved since)."""
     record = drift_record(work, name)
     if record is None or record.outcome is not Outcome.CHANGES:
         return False
     return entry.state is StageState.COMPLETE and record.basis == check_basis(
         work, name, pkg, "reapply"
     )
+
+
+def remediating(work: Work, name: str, pkg: Package, entry: PackageState) -> bool:
+    """A drift check found this complete entry's node changed and the CR remediates drift."""
+    detection = work.inp.cr.spec.drift_detection
+    if detection is None or not detection.remediate:
+        return False
+    return drift_found(work, name, pkg, entry)
