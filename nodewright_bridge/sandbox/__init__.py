@@ -18,7 +18,7 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,8 +85,11 @@ class Sandbox:
         image_map: Mapping[str, Path] | None = None,
         runner: ContainerRunner | None = None,
         heartbeat_seconds: float | None = None,
+        apiserver_args: Sequence[str] = (),
     ) -> None:
         self.state_dir = state_dir
+        # Added to kube-apiserver's flags (the benchmark's ``--profiling=true``).
+        self.apiserver_args = list(apiserver_args)
         self.node_count = nodes
         self.labels = dict(labels or {})
         # The kubelet tier has no package runner: real kubelets and containerd run the pods.
@@ -139,6 +142,7 @@ class Sandbox:
             cp_dir = self.state_dir / "controlplane"
             shutil.rmtree(cp_dir, ignore_errors=True)
             self.control_plane = ControlPlane(cp_dir, found)
+            self.control_plane.extra_apiserver_args.extend(self.apiserver_args)
             if self.kubelet_tier:
                 # The API server reaches the nodes' kubelets only through the nodes' namespaces.
                 sock_dir = Path(tempfile.mkdtemp(prefix="nwb-egress-"))  # short: a socket path

@@ -44,6 +44,12 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from profiling import (  # tests/bench: the script's folder
+    ApiServerProfile,
+    ControllerProfile,
+    ProcessCpu,
+)
+
 from lifecycle import simulation
 from lifecycle.rollout import NodeView
 from lifecycle.validation import load_nodewright, load_policy
@@ -244,6 +250,7 @@ def run(  # noqa: PLR0917 - the command line's options, passed once
     log_level: str,
     interrupt: bool = False,
     preflight: bool = False,
+    profile: Path | None = None,
 ) -> None:
     work = Path(tempfile.mkdtemp(prefix="nwb-bench-rollout-"))
     print(f"sandbox: {nodes} simulate-mode nodes, package pods take {seconds:g}s; state {work}")
@@ -257,10 +264,13 @@ def run(  # noqa: PLR0917 - the command line's options, passed once
         # a real kubelet reports an unchanged node status every 5 min (nodeStatusReportFrequency;
         # its liveness goes to a Lease, which the controller does not watch)
         heartbeat_seconds=300.0,
+        apiserver_args=["--profiling=true"] if profile else [],
     )
     box.start()
     print(f"  started in {time.monotonic() - began:.1f}s")
     controller: subprocess.Popen[bytes] | None = None
+    spy: ControllerProfile | None = None
+    apiserver: ApiServerProfile | None = None
     try:
         rest: Rest = connect(str(box.kubeconfig), None)
         demo.ensure_crds(rest)
@@ -294,12 +304,36 @@ def run(  # noqa: PLR0917 - the command line's options, passed once
         with log.open("wb") as out:
             controller = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         wait_ready(port)
+        if profile is not None:
+            profile.mkdir(parents=True, exist_ok=True)
+            spy = ControllerProfile(controller_pid(controller), profile)
+            plane = box.control_plane
+            assert plane is not None and plane.pki is not None
+            apiserver = ApiServerProfile(
+                plane.server,
+                plane.pki.admin_token.token,
+                plane.binaries["kube-apiserver"].path,
+                profile,
+            )
+        # The API server is profiled from the start of the second-to-last batch to past the
+        # start of the last one: the largest batch starts, where the API server saturates.
+        profile_from = sum(batches[:-2])
+        plane = box.control_plane
+        assert plane is not None
+        pids = {p.name: p.popen.pid for p in plane.processes}
+        pids["controller"] = controller_pid(controller)
+        pids["simulated kubelet+bench"] = os.getpid()
+        cpu = ProcessCpu(pids)
+        largest = max(range(len(batches)), key=lambda i: batches[i])
+        window = (sum(batches[:largest]) + 1, sum(batches[: largest + 1]))
+        marks: dict[str, tuple[float, dict[str, float]]] = {}
         rest.create(resources.DEPLOYMENT_POLICIES, policy_body(budget))
         idle_requests = sum(requests_by_kind(scrape(port)).values())
         posted = time.monotonic()
         rest.create(resources.NODEWRIGHTS, cr_body(interrupt=interrupt, preflight=preflight))
         # The rollout starts when the CR exists; the create call's own latency is printed apart.
         created = time.monotonic()
+        marks["created"] = (created, cpu.read())
         print(f"  the API server took {created - posted:.2f}s to create the CR")
         last_line = ""
         cr: dict[str, object] = {}
@@ -312,8 +346,19 @@ def run(  # noqa: PLR0917 - the command line's options, passed once
             if line.split("complete")[1] != last_line:
                 print(line, flush=True)
                 last_line = line.split("complete")[1]
+            for mark, count in zip(("batch", "batch started"), window, strict=True):
+                if mark not in marks and len(runner.starts) >= count:
+                    marks[mark] = (time.monotonic(), cpu.read())
             if ready is not None and ready.get("status") == "True":
+                marks["ready"] = (time.monotonic(), cpu.read())
                 break
+            if (
+                apiserver is not None
+                and not apiserver.path.exists()
+                and (len(runner.starts) >= profile_from)
+            ):
+                apiserver.start(int(seconds * 2 + 5))
+                profile_from = nodes + 1  # once
             if controller.poll() is not None:
                 raise RuntimeError(f"the controller exited ({controller.returncode}); see {log}")
             time.sleep(0.25)
@@ -329,11 +374,11 @@ def run(  # noqa: PLR0917 - the command line's options, passed once
         reconcile_seconds = sample(final, "nwb_reconcile_duration_seconds_sum")
         status_bytes = len(json.dumps(cr.get("status") or {}, separators=(",", ":")))
     finally:
+        if spy is not None:
+            spy.stop()
         if controller is not None and controller.poll() is None:
             # Signal the controller itself: /usr/bin/time only reports once its child exits.
-            children = Path(f"/proc/{controller.pid}/task/{controller.pid}/children").read_text()
-            for child in children.split():
-                os.kill(int(child), signal.SIGTERM)
+            os.kill(controller_pid(controller), signal.SIGTERM)
             try:
                 controller.wait(60)
             except subprocess.TimeoutExpired:
@@ -384,6 +429,26 @@ def run(  # noqa: PLR0917 - the command line's options, passed once
         f"package pods               {len(runner.starts)}; interrupt pods (each after a cordon "
         f"and drain) {runner.interrupts}"
     )
+    if "ready" in marks:
+        (t0, c0), (t1, c1) = marks["created"], marks["ready"]
+        print(f"CPU per process, CR created -> Ready ({t1 - t0:.1f}s)")
+        print("\n".join(ProcessCpu.lines(c0, c1, t1 - t0)))
+    if "batch" in marks and "batch started" in marks:
+        (t0, c0), (t1, c1) = marks["batch"], marks["batch started"]
+        print(f"CPU per process while batch {largest + 1}'s pods start ({t1 - t0:.1f}s)")
+        print("\n".join(ProcessCpu.lines(c0, c1, max(t1 - t0, 0.01))))
+    if spy is not None:
+        print(f"controller profile (py-spy, kept in {spy.raw})")
+        print("\n".join(spy.summary()))
+    if apiserver is not None:
+        print(f"API server profile (pprof from batch {len(batches) - 1}'s start; {apiserver.path})")
+        print("\n".join(apiserver.summary()))
+
+
+def controller_pid(proc: subprocess.Popen[bytes]) -> int:
+    """The controller's own pid: the child of ``/usr/bin/time``."""
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    return int(children[0]) if children else proc.pid
 
 
 def main() -> None:
@@ -401,6 +466,12 @@ def main() -> None:
         action="store_true",
         help="preflight: true; simulated checks find every node compliant (a no-op rollout)",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="profile the controller (py-spy) and the API server (pprof) into DIR",
+    )
     args = parser.parse_args()
     run(
         args.nodes,
@@ -410,6 +481,7 @@ def main() -> None:
         args.log_level,
         interrupt=args.interrupt,
         preflight=args.preflight,
+        profile=args.profile,
     )
 
 
