@@ -250,3 +250,54 @@ def reset_targets(request: str, stopped: Mapping[str, bool]) -> ResetTargets:
 def reset_state(at: str) -> BatchState:
     """A compartment resumed by the reset annotation at ``at``: fresh, stamped ``resetAt``."""
     return fresh_state().model_copy(update={"reset_at": at})
+
+
+@dataclass(frozen=True, slots=True)
+class BatchNote:
+    """One evaluated batch, told as an Event on the CR (``BatchComplete`` or ``BatchFailed``)."""
+
+    compartment: str
+    batch: int
+    succeeded: int
+    failed: int
+    processed: int
+    batch_failed: bool
+
+    @property
+    def reason(self) -> str:
+        return "BatchFailed" if self.batch_failed else "BatchComplete"
+
+    @property
+    def message(self) -> str:
+        outcome = "below batchThreshold" if self.batch_failed else "done"
+        return (
+            f"compartment {self.compartment}: batch {self.batch} {outcome}: {self.succeeded} "
+            f"succeeded, {self.failed} failed; {self.processed} node(s) processed so far"
+        )
+
+
+def batch_notes(old: Mapping[str, BatchState], new: Mapping[str, BatchState]) -> list[BatchNote]:
+    """The batches evaluated between two batch states of a CR, one note per compartment.
+
+    Why per batch and not per node: at thousands of nodes an Event per node completion is a write
+    per node that says what the Node's status label already says; a batch is what an operator
+    watches a canary rollout by. A reset (the batch number going back) is not an evaluation.
+    """
+    notes = []
+    for name in sorted(new):
+        after, before = new[name], old.get(name)
+        if before is None or after.current_batch <= before.current_batch:
+            continue
+        succeeded = after.completed_nodes - before.completed_nodes
+        failed = after.failed_nodes - before.failed_nodes
+        notes.append(
+            BatchNote(
+                compartment=name,
+                batch=after.current_batch - 1,
+                succeeded=succeeded,
+                failed=failed,
+                processed=processed(after),
+                batch_failed=after.last_batch_failed,
+            )
+        )
+    return notes

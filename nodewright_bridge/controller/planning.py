@@ -424,10 +424,6 @@ def node_works(
         if node_plan.requeue_at is not None:
             results.wakeups.append(node_plan.requeue_at)
         notes: list[EventNote] = []
-        if node_plan.status is Status.COMPLETE and snap.status is not Status.COMPLETE:
-            notes.append(
-                EventNote("Node", node, "NodeWrightComplete", f"all packages of {name} complete")
-            )
         for failure in node_plan.failures:
             if failure.final:
                 why = aggregation.describe_failure(failure)

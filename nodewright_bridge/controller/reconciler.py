@@ -38,7 +38,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from lifecycle import actions, aggregation, preflight, recovery, releasing, rollout, stages
+from lifecycle import (
+    actions,
+    aggregation,
+    batching,
+    preflight,
+    recovery,
+    releasing,
+    rollout,
+    stages,
+)
 from lifecycle.nodestate import RESET_COMPARTMENT_ANNOTATION, status_key
 from lifecycle.spec import DeploymentPolicy, NodeWright
 from lifecycle.status import NodeWrightStatus, Status
@@ -293,7 +302,7 @@ class NodeWrightReconciler:
         if seen.stale or passed.tainting:
             outcome.soon(STALE_RETRY_SECONDS)
         validating.start_pods(self.executor, cr, passed.validation)
-        self._write_batch_states(cr.metadata.name, seen.old, passed.rollout)
+        self._write_batch_states(cr, seen.old, passed.rollout)
         self._handled_reset(cr, passed.rollout)
         # Once the rollout is done, every node's record lands before the status says so.
         with self.executor.applying(cr, outcome, defer=not passed.rollout.complete) as writes:
@@ -362,8 +371,9 @@ class NodeWrightReconciler:
     # -- status ------------------------------------------------------------------------------
 
     def _write_batch_states(
-        self, name: str, old: NodeWrightStatus, plan: rollout.RolloutPlan
+        self, cr: NodeWright, old: NodeWrightStatus, plan: rollout.RolloutPlan
     ) -> None:
+        name = cr.metadata.name
         wanted = plan.batch_states
         current = {
             c: s.batch_state for c, s in old.compartments.items() if s.batch_state is not None
@@ -379,6 +389,11 @@ class NodeWrightReconciler:
         }
         answer = self._writer.patch_status(resources.NODEWRIGHTS, name, body)
         self._remember_status(name, answer)
+        # The evaluations are in the status now: tell each one (once: the next pass reads it).
+        for note in batching.batch_notes(current, wanted):
+            self.executor.event(
+                "NodeWright", name, note.reason, note.message, warning=note.batch_failed, cr=cr
+            )
 
     def _handled_reset(self, cr: NodeWright, plan: rollout.RolloutPlan) -> None:
         """The reset annotation was acted on (its batch states are written): announce it and

@@ -246,3 +246,31 @@ def test_a_compartment_stops_only_by_failure_threshold_below_the_safety_limit(
             done = result.state.completed_nodes + result.state.failed_nodes
             assert batching.progress_percent(done, total) < pacing.safety_limit
         state = result.state
+
+
+def test_batch_notes_tell_each_evaluated_batch_with_its_counts_and_nothing_else() -> None:
+    before = {
+        "a100": BatchState(current_batch=3, completed_nodes=3),
+        "h100": BatchState(current_batch=2, completed_nodes=1),
+        "idle": BatchState(current_batch=1),
+    }
+    after = {
+        "a100": BatchState(current_batch=4, completed_nodes=6, failed_nodes=1),
+        "h100": BatchState(
+            current_batch=3, completed_nodes=1, failed_nodes=2, last_batch_failed=True
+        ),
+        "idle": BatchState(current_batch=1),
+        "new": BatchState(current_batch=2, completed_nodes=1),  # no earlier state: not told
+    }
+    notes = batching.batch_notes(before, after)
+    assert [(n.compartment, n.batch, n.succeeded, n.failed) for n in notes] == [
+        ("a100", 3, 3, 1),
+        ("h100", 2, 0, 2),
+    ]
+    assert notes[0].reason == "BatchComplete"
+    assert notes[0].message == (
+        "compartment a100: batch 3 done: 3 succeeded, 1 failed; 7 node(s) processed so far"
+    )
+    assert (notes[1].reason, "below batchThreshold" in notes[1].message) == ("BatchFailed", True)
+    # A reset takes the batch number back: not an evaluation.
+    assert batching.batch_notes(after, {"a100": BatchState(current_batch=1)}) == []
