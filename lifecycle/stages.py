@@ -191,6 +191,22 @@ def _plan_disabled(inp: NodeInput) -> NodePlan:
     return _finish(work, Status.DISABLED, "CR is disabled")
 
 
+def _unreached(work: Work, status: Status) -> bool:
+    """The rollout has not reached the node yet: it waits, has never carried a status label for
+    the CR and records nothing of it. Its label is left absent (``nwb status`` and the CR's counts
+    show it waiting): labelling every targeted node ``waiting`` when a CR appears would be a Node
+    write per node before the first pod, each one a watch event for every Node watcher."""
+    inp = work.inp
+    return (
+        status is Status.WAITING
+        and inp.previous_status is None
+        and not inp.state
+        and not work.state
+        and not inp.preflight
+        and not work.preflight
+    )
+
+
 def _finish(work: Work, status: Status, reason: str) -> NodePlan:
     inp = work.inp
     node, cr = inp.node.name, inp.cr.metadata.name
@@ -199,7 +215,7 @@ def _finish(work: Work, status: Status, reason: str) -> NodePlan:
     head: list[Action] = []
     if changed or removed:
         head.append(PatchNodeState(node=node, cr=cr, set=changed, remove=removed))
-    if status != inp.previous_status:
+    if status != inp.previous_status and not _unreached(work, status):
         head.append(SetNodeStatus(node=node, cr=cr, status=status))
     head.extend(stage_checks.preflight_writes(work))
     return NodePlan(

@@ -45,7 +45,7 @@ from nodewright_bridge.k8s.patching import Writer
 NODE_CONCURRENCY = 16
 # Nodes written per pass that neither start a pod nor take a batch record (bookkeeping: status
 # labels, recording finished pods); the rest wait for the next pass, moments later. A pass over
-# thousands of such nodes (every node turning "waiting" in a CR's first reconcile, a 2,048-node
+# thousands of such nodes (every complete node turning "waiting" when a spec changes, a 2,048-node
 # batch finishing) would otherwise take tens of seconds of API time, and the pass that notices
 # the batch is done - and starts the next one - would wait for it. 64 writes take ~0.2 s at
 # NODE_CONCURRENCY, so short passes notice a batch's last pod sooner.

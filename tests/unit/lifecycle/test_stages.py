@@ -285,7 +285,8 @@ def test_a_node_not_allowed_to_start_waits_and_does_nothing() -> None:
     world = World(make_cr({"dexter": {"version": "1.0.0", "interrupt": REBOOT}}), allowed=False)
     plan = world.plan()
     assert plan.status is Status.WAITING
-    assert [type(a) for a in plan.actions] == [act.SetNodeStatus]
+    # Not reached yet and never labelled: the label stays absent (no Node write at all).
+    assert plan.actions == ()
 
 
 def test_an_upgrade_is_new_work_and_waits_for_the_rollout_planner() -> None:
@@ -295,6 +296,10 @@ def test_an_upgrade_is_new_work_and_waits_for_the_rollout_planner() -> None:
     plan = world.plan()
     assert plan.status is Status.WAITING
     assert not of(plan.actions, act.CreatePackagePod)
+    # A node labelled complete for the old spec must not keep saying so.
+    assert of(plan.actions, act.SetNodeStatus) == [
+        act.SetNodeStatus(node=world.node.name, cr=world.cr.metadata.name, status=Status.WAITING)
+    ]
 
 
 def test_a_config_change_is_new_work_and_waits_for_the_rollout_planner() -> None:
