@@ -232,6 +232,18 @@ class RolloutPlan:
     reset_ignored: Mapping[str, str] = field(default_factory=dict)
 
     @property
+    def picks_ahead(self) -> bool:
+        """Some compartment has nodes no batch has taken yet: a batch start is still to come.
+
+        While one is, bookkeeping writes are paced so the pass that starts it is not held up;
+        once the last batch runs there is nothing to protect, and its results are written as
+        they arrive (the rollout's Ready waits for every one of them)."""
+        return any(
+            c.status.matched > c.status.completed + c.status.failed + c.status.in_progress
+            for c in self.compartments.values()
+        )
+
+    @property
     def batch_states(self) -> dict[str, BatchState]:
         """Compartment -> batch state to persist in ``status.compartments[*].batchState``."""
         return {

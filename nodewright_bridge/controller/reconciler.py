@@ -304,8 +304,9 @@ class NodeWrightReconciler:
         validating.start_pods(self.executor, cr, passed.validation)
         self._write_batch_states(cr, seen.old, passed.rollout)
         self._handled_reset(cr, passed.rollout)
-        # Once the rollout is done, every node's record lands before the status says so.
-        with self.executor.applying(cr, outcome, defer=not passed.rollout.complete) as writes:
+        # Bookkeeping is paced only while a batch start is still to come (``picks_ahead``); so
+        # once the rollout is done, every node's record lands before the status says so.
+        with self.executor.applying(cr, outcome, defer=passed.rollout.picks_ahead) as writes:
             for work in planning.node_works(seen, passed, self._planner, results):
                 writes.add(work)
             planned = self._clock.monotonic()

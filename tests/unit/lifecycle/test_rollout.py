@@ -279,6 +279,18 @@ def test_batch_membership_is_stable_across_calls_and_restarts() -> None:
     assert again.records == {}
 
 
+def test_picks_ahead_until_the_last_batch_has_taken_every_node() -> None:
+    """What paces bookkeeping writes: only while some node still waits for a batch."""
+    nodes = fleet(3)
+    first = plan(LEGACY_2, None, nodes)
+    assert first.allowed == ("n00", "n01") and first.picks_ahead  # n02 waits for batch 2
+    nodes = finish(apply(nodes, first), {"n00", "n01"})
+    last = plan(LEGACY_2, None, nodes, first.batch_states)
+    assert last.allowed == ("n02",) and not last.picks_ahead  # the last batch runs
+    done = plan(LEGACY_2, None, finish(apply(nodes, last), {"n02"}), last.batch_states)
+    assert done.complete and not done.picks_ahead
+
+
 def test_a_lost_batch_state_restarts_pacing_with_the_nodes_in_flight_first() -> None:
     """Records only count with the batch state that picked them; with the state gone (a wiped
     status) the next batch is picked afresh and nodes with work in flight go first."""
