@@ -6,7 +6,9 @@ failure. Because the planners re-derive every action from the observed state on 
 every action must be safe to apply twice (create-if-absent, set-to-value, add-to-set). Order
 matters in one case that the planners rely on: ``PatchNodeState`` always comes first, so the
 intent (an attempt number, the pre-reboot bootID) is on the Node before any pod that acts on it
-exists. A controller that dies in between finds the record and does not act twice.
+exists. A controller that dies in between finds the record and does not act twice. The one
+exception is a ``CreatePackagePod`` that ``carries`` its entry: the pod is the record
+(``lifecycle.pod_records``).
 
 Nothing here knows Kubernetes object shapes; the executor maps each action to API calls.
 """
@@ -96,6 +98,9 @@ class CreatePackagePod:
     config_hash: str
     deadline: datetime
     previous_version: str = ""
+    # The entry this pod starts, carried in its annotations instead of a Node write before it
+    # (``lifecycle.pod_records``); None: the node was written first.
+    carries: PackageState | None = None
 
 
 @dataclass(frozen=True, slots=True)

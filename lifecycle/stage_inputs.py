@@ -14,7 +14,7 @@ from enum import StrEnum
 
 from lifecycle import peering
 from lifecycle.actions import Action
-from lifecycle.nodestate import CordonRecord, PackageState
+from lifecycle.nodestate import BatchRecord, CordonRecord, PackageState
 from lifecycle.preflight import PreflightRecord
 from lifecycle.recovery import DEFAULT_OUTSIDE_RETRY, OutsideRetry
 from lifecycle.results import AgentResult
@@ -55,6 +55,10 @@ class PodObservation:
     finished: datetime | None = None  # when its container ended (a kept failed pod's TTL)
     created: datetime | None = None  # the pull deadline counts from here
     resource_id: str = ""  # the change it runs for; a check pod's: the basis it checks
+    # The start it carries instead of a Node write (``lifecycle.pod_records``): its entry as it
+    # began and the node's batch record.
+    carried: PackageState | None = None
+    carried_record: BatchRecord | None = None
 
     @property
     def live(self) -> bool:
@@ -124,6 +128,9 @@ class NodeInput:
     preflight: Mapping[str, PreflightRecord] = field(default_factory=dict)
     may_check: bool = False
     drift_labelled: bool = False
+    # Keys of ``state`` whose entry comes from the pod that runs it, not from the Node
+    # (``lifecycle.pod_records``): the node is not relabelled ``in_progress`` for them.
+    carried: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,9 +96,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lifecycle import stage_checks, stage_interrupts, stage_node_status, stage_packages, stage_pods
-from lifecycle.actions import Action, PatchNodeState, SetNodeStatus
+from lifecycle import (
+    pod_records,
+    stage_checks,
+    stage_interrupts,
+    stage_node_status,
+    stage_packages,
+    stage_pods,
+)
+from lifecycle.actions import Action, CreatePackagePod, PatchNodeState, SetNodeStatus
 from lifecycle.cycles import INTERRUPT_STAGES, PRE_INTERRUPT
+from lifecycle.nodestate import PackageState, package_key
 from lifecycle.stage_checks import CHECK_STAGES, DRIFT_STAGE, DRIFTED, PREFLIGHT_STAGE
 from lifecycle.stage_identities import (
     BACKOFF_BASE,
@@ -207,22 +215,58 @@ def _unreached(work: Work, status: Status) -> bool:
     )
 
 
+def _riding(
+    work: Work,
+    status: Status,
+    changed: dict[str, PackageState],
+    removed: tuple[str, ...],
+    extra: list[Action],
+) -> CreatePackagePod | None:
+    """The pass's only action is the pod of a fresh install: it carries its start
+    (``lifecycle.pod_records``) and the Node is not written."""
+    if status is not Status.IN_PROGRESS or extra or len(work.actions) != 1:
+        return None
+    (action,) = work.actions
+    if not isinstance(action, CreatePackagePod):
+        return None
+    key = pod_records.may_ride(work.inp.state, changed, removed, work.inp.previous_status)
+    if key != package_key(action.package, action.version):
+        return None
+    return replace(action, carries=changed[key])
+
+
 def _finish(work: Work, status: Status, reason: str) -> NodePlan:
     inp = work.inp
     node, cr = inp.node.name, inp.cr.metadata.name
     changed = {k: v for k, v in work.state.items() if inp.state.get(k) != v}
     removed = tuple(sorted(k for k in inp.state if k not in work.state))
     head: list[Action] = []
+    extra = stage_checks.preflight_writes(work)
+    riding = _riding(work, status, changed, removed, extra)
+    if riding is not None:
+        return _plan(work, status, reason, (riding,))
+    # A node working on a carried start keeps its label until the result is written with it.
+    quiet = _unreached(work, status) or (
+        bool(inp.carried) and not changed and not removed and status is Status.IN_PROGRESS
+    )
+    relabel = status != inp.previous_status and not quiet
+    if inp.carried and (changed or removed or relabel):
+        # The Node is written anyway: the entries pods carry go with it (``pod_records``).
+        changed = {k: work.state[k] for k in sorted(inp.carried) if k in work.state} | changed
     if changed or removed:
         head.append(PatchNodeState(node=node, cr=cr, set=changed, remove=removed))
-    if status != inp.previous_status and not _unreached(work, status):
+    if relabel:
         head.append(SetNodeStatus(node=node, cr=cr, status=status))
-    head.extend(stage_checks.preflight_writes(work))
+    head.extend(extra)
+    return _plan(work, status, reason, (*head, *work.actions))
+
+
+def _plan(work: Work, status: Status, reason: str, plan_actions: tuple[Action, ...]) -> NodePlan:
     return NodePlan(
-        node=node,
+        node=work.inp.node.name,
         status=status,
         reason=reason,
-        actions=(*head, *work.actions),
+        actions=plan_actions,
         state=dict(work.state),
         failures=tuple(work.failures),
         requeue_at=min(work.wakeups) if work.wakeups else None,

@@ -29,11 +29,23 @@ def malformed_states(cr: str, nodes: Iterable[Mapping[str, Any]]) -> dict[str, s
     return out
 
 
-def uninstall_pending(variant: NodeWright, nodes: Iterable[Mapping[str, Any]]) -> list[str]:
+def uninstall_pending(
+    variant: NodeWright,
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]] = (),
+) -> list[str]:
     """Nodes whose state still records a package that deletion must uninstall (``variant``: the
-    CR as deletion runs it, ``lifecycle.releasing.uninstall_variant``)."""
+    CR as deletion runs it, ``lifecycle.releasing.uninstall_variant``), or whose pod of the CR
+    (``pods``) carries the start of one (``lifecycle.pod_records``): it may have applied it."""
     keys = {f"{n}|{p.version}" for n, p in variant.spec.packages.items()}
-    out = []
+    out = set()
+    for pod in pods:
+        observed = snapshot.observe_pod(pod)
+        node = (pod.get("spec") or {}).get("nodeName")
+        if observed is None or observed.carried is None or not node:
+            continue
+        if f"{observed.package}|{observed.version}" in keys:
+            out.add(str(node))
     for node in nodes:
         text = snapshot.annotations_of(node).get(state_annotation(variant.metadata.name))
         try:
@@ -41,5 +53,5 @@ def uninstall_pending(variant: NodeWright, nodes: Iterable[Mapping[str, Any]]) -
         except ValueError:
             continue
         if keys & set(state):
-            out.append(str(snapshot.meta_of(node).get("name", "")))
+            out.add(str(snapshot.meta_of(node).get("name", "")))
     return sorted(out)

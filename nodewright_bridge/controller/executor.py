@@ -237,7 +237,8 @@ class Executor:
                 options=action.options,
             )
         elif isinstance(action, actions.CreatePackagePod):
-            self._starts.package_pod(cr, action, config_maps.get(action.package))
+            carried = work.pod_annotations if action.carries is not None else {}
+            self._starts.package_pod(cr, action, config_maps.get(action.package), carried)
         elif isinstance(action, actions.CreateInterruptPod):
             announce = partial(self._announce_interrupt, cr, action.node)
             self._starts.interrupt_pod(cr, action, config_maps.get(action.package), announce)

@@ -181,12 +181,15 @@ class NodeWork:
         annotations: Annotation changes (the batch record) that ride on the node's first write,
             before any of its work starts; written alone when nothing else is.
         events: Posted after the actions (whatever became of them).
+        pod_annotations: What a package pod that carries its start also carries (the batch
+            record instead of ``annotations``; ``lifecycle.pod_records``).
     """
 
     node: snapshot.NodeSnapshot
     actions: Sequence[actions.Action] = ()
     annotations: Mapping[str, str | None] = field(default_factory=dict)
     events: Sequence[EventNote] = ()
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 class WorkApplier(Protocol):

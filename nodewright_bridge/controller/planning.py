@@ -37,6 +37,7 @@ from lifecycle import (
     actions,
     aggregation,
     draining,
+    pod_records,
     preflight,
     recovery,
     releasing,
@@ -122,6 +123,7 @@ class NodePlanner:
                 preflight=snap.preflight,
                 may_check=may_check,
                 drift_labelled=snap.drift_labelled,
+                carried=snap.carried,
             )
         )
         self._learn(name, node_plan.state)
@@ -430,12 +432,31 @@ def node_works(
                 notes.append(EventNote("NodeWright", name, "PackageFailed", why, warning=True))
         if node_actions or notes or node in passed.records:
             results.works += 1
+            record, carried = _record_writes(cr, snap, node_actions, passed.records.get(node, {}))
             yield NodeWork(
                 node=snap,
                 actions=node_actions,
-                annotations=passed.records.get(node, {}),
+                annotations=record,
                 events=notes,
+                pod_annotations=carried,
             )
+
+
+def _record_writes(
+    cr: NodeWright,
+    snap: snapshot.NodeSnapshot,
+    node_actions: tuple[actions.Action, ...],
+    record: Mapping[str, str | None],
+) -> tuple[Mapping[str, str | None], dict[str, str]]:
+    """Where the node's batch record goes (``lifecycle.pod_records``): with a pod that carries
+    its start, on that pod; a record a pod carried, with the node's next state write."""
+    if any(isinstance(a, actions.CreatePackagePod) and a.carries for a in node_actions):
+        value = record.get(batch_annotation(cr.metadata.name))
+        return {}, ({pod_records.BATCH_ANNOTATION: value} if value else {})
+    writes_state = any(isinstance(a, actions.PatchNodeState) for a in node_actions)
+    if snap.record_from_pod and snap.record is not None and not record and writes_state:
+        return {batch_annotation(cr.metadata.name): snap.record.model_dump_json(by_alias=True)}, {}
+    return record, {}
 
 
 def _targeted(seen: Observation) -> Iterator[snapshot.NodeSnapshot]:

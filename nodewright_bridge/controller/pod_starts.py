@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from lifecycle import actions
+from lifecycle import actions, pod_records
 from lifecycle.spec import NodeWright
 from nodewright_bridge.clock import Clock
-from nodewright_bridge.controller import podspec
+from nodewright_bridge.controller import podspec, snapshot
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.errors import AlreadyExistsError, ApiError
 from nodewright_bridge.k8s import resources
@@ -118,10 +118,20 @@ class PodStarts:
         return known == (cr.metadata.name, cr.metadata.uid) and bool(cr.metadata.uid)
 
     def package_pod(
-        self, cr: NodeWright, action: actions.CreatePackagePod, config_map: Future[None] | None
+        self,
+        cr: NodeWright,
+        action: actions.CreatePackagePod,
+        config_map: Future[None] | None,
+        carried: Mapping[str, str] | None = None,
     ) -> None:
+        """``carried``: what the pod carries besides the entry it starts (``action.carries``,
+        ``lifecycle.pod_records``): the node's batch record."""
         if action.package not in cr.spec.packages:
             return
+        notes: dict[str, str] = {}
+        if action.carries is not None:
+            notes = {pod_records.ENTRY_ANNOTATION: snapshot.dump_entry(action.carries)}
+            notes.update(carried or {})
         request = podspec.PodRequest(
             cr=cr,
             package_name=action.package,
@@ -131,6 +141,7 @@ class PodStarts:
             node_order=action.node_order,
             previous_version=action.previous_version,
             attempt=action.attempt,
+            annotations=notes,
         )
         pod = self._start(request, "package", config_map)
         if pod is not None:

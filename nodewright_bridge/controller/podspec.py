@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lifecycle import durations, stages, validating
@@ -112,6 +112,7 @@ class PodRequest:
     interrupt_type: str | None = None  # set for interrupt pods
     interrupt_services: Sequence[str] = ()
     attempt: int = 1
+    annotations: Mapping[str, str] = field(default_factory=dict)  # e.g. a carried start
 
 
 def pod_name(req: PodRequest) -> str:
@@ -184,6 +185,7 @@ def build_pod(req: PodRequest) -> dict[str, Any]:
                 ANNOTATION_RESOURCE_ID: req.resource_id,
                 ANNOTATION_STAGES: ",".join(req.stages) if req.stages else "interrupt",
                 ANNOTATION_ATTEMPT: str(req.attempt),
+                **req.annotations,
             },
             "ownerReferences": [_owner(cr)],
         },

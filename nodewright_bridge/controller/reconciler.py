@@ -24,7 +24,8 @@ One reconcile of CR ``name`` (it never learns which event caused it):
      by ``POLL_SECONDS`` while work is open).
 
 Restart safety comes from the planners' ordering (the node state is written before any pod acts
-on it), the executor's conditional Node writes, and the stale-node guard of the observe step.
+on it, or, for a fresh install's first attempt, carried by the pod: ``lifecycle.pod_records``),
+the executor's conditional Node writes, and the stale-node guard of the observe step.
 
 Event mapping (``keys_for``) lives in ``event_mapping``.
 """
@@ -482,7 +483,8 @@ class NodeWrightReconciler:
             return Result(requeue_after=POLL_SECONDS)  # a fix on an untargeted node maps to no CR
         variant = releasing.uninstall_variant(cr) if cr is not None else None
         if variant is not None:
-            pending = deleting.uninstall_pending(variant, self._stores.nodes.values())
+            ours = self._stores.package_pods.by_index(caches.BY_CR, name)
+            pending = deleting.uninstall_pending(variant, self._stores.nodes.values(), ours)
             if pending:
                 return self._run(variant, old, now, deleting=True, uninstall_pending=pending)
         listed = self._rest.list(resources.NODES, label_selector=status_key(name))

@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from lifecycle import (
     draining,
     peering,
+    pod_records,
     preflight,
     releasing,
     results,
@@ -331,7 +332,24 @@ def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
         finished=finished,
         created=parse_time(meta.get("creationTimestamp")),
         resource_id=str(annotations.get(RESOURCE_ID_ANNOTATION, "")),
+        carried=parse_entry(annotations.get(pod_records.ENTRY_ANNOTATION)),
+        carried_record=parse_record(annotations.get(pod_records.BATCH_ANNOTATION)),
     )
+
+
+def parse_entry(text: object) -> PackageState | None:
+    """The entry a pod carries (``lifecycle.pod_records``); None if absent or unreadable (the
+    pod then counts as one the node does not record)."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return PackageState.model_validate_json(text)
+    except ValidationError:
+        return None
+
+
+def dump_entry(entry: PackageState) -> str:
+    return entry.model_dump_json(by_alias=True, exclude_defaults=True)
 
 
 # ---- the snapshot ----------------------------------------------------------------------------
@@ -364,6 +382,9 @@ class NodeSnapshot:
     # check mode (``lifecycle.preflight``): the node's records and whether it is labelled drifted
     preflight: Mapping[str, PreflightRecord] = field(default_factory=dict)
     drift_labelled: bool = False
+    # entries (and the batch record) that the node's pods carry (``lifecycle.pod_records``)
+    carried: frozenset[str] = frozenset()
+    record_from_pod: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -569,6 +590,11 @@ def snapshot_node(
         unevictable_pods=len(plan.blockers),
         pdb_pods=draining.pdb_protected(plan.evict, relevant, cr.spec.drain),
     )
+    status = parse_status(annotations.get(status_key(cr_name)))
+    record = parse_record(annotations.get(batch_annotation(cr_name)))
+    carried = pod_records.Carried(state, record, frozenset(), False)
+    if state_error is None:
+        carried = pod_records.overlay(state, record, ours, status)
     return NodeSnapshot(
         name=name,
         resource_version=str(meta.get("resourceVersion", "")),
@@ -577,10 +603,12 @@ def snapshot_node(
         taints=node_taints(node),
         created=parse_time(meta.get("creationTimestamp")),
         facts=facts,
-        state=state,
+        state=carried.state,
         state_error=state_error,
-        status=parse_status(annotations.get(status_key(cr_name))),
-        record=parse_record(annotations.get(batch_annotation(cr_name))),
+        status=status,
+        record=carried.record,
+        carried=carried.keys,
+        record_from_pod=carried.record_from_pod,
         pods=tuple(sorted(ours, key=lambda p: p.name)),
         drain=plan,
         evictions=draining.evictions(plan.evict, relevant),

@@ -51,7 +51,10 @@ class ControllerWorld:
         self.api = InMemoryApi()
         self.clock = FakeClock()
         self.stores = snapshot.stores_from()
-        self.reconciler = NodeWrightReconciler(
+        self.reconciler = self._reconciler()
+
+    def _reconciler(self) -> NodeWrightReconciler:
+        return NodeWrightReconciler(
             rest=self.api,
             writer=Writer(self.api),
             events=EventRecorder(self.api, clock=self.clock, instance="test"),
@@ -60,6 +63,11 @@ class ControllerWorld:
             metrics=ProductMetrics(CollectorRegistry()),
             clock=self.clock,
         )
+
+    def restart(self) -> None:
+        """A new controller process: it knows only what the API holds."""
+        self.stores = snapshot.stores_from()
+        self.reconciler = self._reconciler()
 
     # -- the cluster -------------------------------------------------------------------------
 

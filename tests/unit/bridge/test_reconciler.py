@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from controller_world import NAMESPACE, ControllerWorld, node, nodewright
+from controller_world import ControllerWorld, node, nodewright
 
 from lifecycle.nodestate import CordonRecord, batch_annotation, state_annotation, status_key
 from nodewright_bridge.k8s import resources
@@ -30,27 +30,50 @@ def annotations(world: ControllerWorld, name: str) -> dict[str, str]:
     return dict(world.obj(resources.NODES, name)["metadata"].get("annotations") or {})
 
 
-def test_a_pass_starts_one_batch_and_records_each_node_before_its_pod() -> None:
+def test_a_pass_starts_one_batch_whose_pods_carry_their_start_instead_of_a_node_write() -> None:
     world = world_with()
     world.validate("tune")
     world.step("tune")
     (pod,) = world.pods("tune")
     started = pod["spec"]["nodeName"]
-    notes = annotations(world, started)
-    assert json.loads(notes[state_annotation("tune")])["tune|1.0.0"]["state"] == "in_progress"
-    assert batch_annotation("tune") in notes
-    node_patch = world.api.requests.index(("PATCH", f"/api/v1/nodes/{started}"))
-    posts = [
-        i
-        for i, request in enumerate(world.api.requests)
-        if request == ("POST", f"/api/v1/namespaces/{NAMESPACE}/pods")
-    ]
-    pod_post = posts[-1]  # the first one was the validation pod's
-    assert node_patch < pod_post, "the node's record must precede its pod"
+    # A fresh install: the pod carries the entry it starts and the batch record
+    # (lifecycle.pod_records); the Node is not written before it.
+    carried = pod["metadata"]["annotations"]
+    entry = json.loads(carried["bridge.nodewright.io/entry"])
+    assert (entry["stage"], entry["state"], entry["attempts"]) == ("apply", "in_progress", 1)
+    assert json.loads(carried["bridge.nodewright.io/batch"])["batch"] == 1
+    assert ("PATCH", f"/api/v1/nodes/{started}") not in world.api.requests
+    assert state_annotation("tune") not in annotations(world, started)
     status = world.obj(resources.NODEWRIGHTS, "tune")["status"]
     assert status["status"] == "in_progress" and status["completeNodes"] == "0/2"
+    assert status["nodesInProgress"] == 1
     other = "n1" if started == "n0" else "n0"
     assert state_annotation("tune") not in annotations(world, other)
+
+
+def test_the_result_of_a_carried_start_lands_on_the_node_with_its_batch_record() -> None:
+    world = world_with()
+    world.validate("tune")
+    world.step("tune")
+    first = world.pods("tune")[0]["spec"]["nodeName"]
+    world.finish_pods("tune")
+    world.step("tune")
+    notes = annotations(world, first)
+    assert json.loads(notes[state_annotation("tune")])["tune|1.0.0"]["state"] == "complete"
+    assert json.loads(notes[batch_annotation("tune")])["batch"] == 1
+    assert notes[status_key("tune")] == "complete"
+
+
+def test_a_controller_restarted_after_a_carried_start_finds_the_node_in_progress() -> None:
+    world = world_with()
+    world.validate("tune")
+    world.step("tune")
+    (pod,) = world.pods("tune")
+    world.restart()  # a new reconciler: nothing remembered but what the API holds
+    world.step("tune")
+    assert [p["metadata"]["name"] for p in world.pods("tune")] == [pod["metadata"]["name"]]
+    status = world.obj(resources.NODEWRIGHTS, "tune")["status"]
+    assert status["nodesInProgress"] == 1 and status["completeNodes"] == "0/2"
 
 
 def test_a_finished_pod_completes_its_node_and_the_next_batch_starts() -> None:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lifecycle import actions as act
-from lifecycle import nodestate, preflight
+from lifecycle import nodestate, pod_records, preflight
 from lifecycle.nodestate import PackageState
 from lifecycle.preflight import PreflightRecord
 from lifecycle.recovery import DEFAULT_OUTSIDE_RETRY, OutsideRetry
@@ -104,13 +104,17 @@ class World:
     checks: dict[str, AgentResult] = field(default_factory=dict)
 
     def input(self) -> NodeInput:
+        # What the controller's snapshot does: entries that pods carry count (pod_records).
+        pods = tuple(self.pods[name] for name in sorted(self.pods))
+        carried = pod_records.overlay(self.state, None, pods, self.status)
         return NodeInput(
             cr=self.cr,
             node=self.node,
-            state=dict(self.state),
+            state=dict(carried.state),
+            carried=carried.keys,
             now=self.now,
             allowed_to_start=self.allowed,
-            pods=tuple(self.pods[name] for name in sorted(self.pods)),
+            pods=pods,
             previous_status=self.status,
             paused=self.paused,
             disabled=self.disabled,
@@ -170,6 +174,7 @@ class World:
                     PodPhase.PENDING,
                     resource_id=a.resource_id,
                     created=self.now,
+                    carried=a.carries,
                 )
         elif isinstance(a, act.CreateInterruptPod):
             name = f"{a.package}-{a.version}-{a.stage.value}-a{a.attempt}"
