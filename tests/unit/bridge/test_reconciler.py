@@ -51,7 +51,7 @@ def test_a_pass_starts_one_batch_whose_pods_carry_their_start_instead_of_a_node_
     assert state_annotation("tune") not in annotations(world, other)
 
 
-def test_the_result_of_a_carried_start_lands_on_the_node_with_its_batch_record() -> None:
+def test_the_result_of_a_carried_start_lands_with_its_record_and_the_next_batch_starts() -> None:
     world = world_with()
     world.validate("tune")
     world.step("tune")
@@ -62,6 +62,9 @@ def test_the_result_of_a_carried_start_lands_on_the_node_with_its_batch_record()
     assert json.loads(notes[state_annotation("tune")])["tune|1.0.0"]["state"] == "complete"
     assert json.loads(notes[batch_annotation("tune")])["batch"] == 1
     assert notes[status_key("tune")] == "complete"
+    world.step("tune")  # the next batch starts on the other node
+    running = [p["spec"]["nodeName"] for p in world.pods("tune") if "status" not in p]
+    assert running == ["n1" if first == "n0" else "n0"]
 
 
 def test_a_controller_restarted_after_a_carried_start_finds_the_node_in_progress() -> None:
@@ -74,20 +77,6 @@ def test_a_controller_restarted_after_a_carried_start_finds_the_node_in_progress
     assert [p["metadata"]["name"] for p in world.pods("tune")] == [pod["metadata"]["name"]]
     status = world.obj(resources.NODEWRIGHTS, "tune")["status"]
     assert status["nodesInProgress"] == 1 and status["completeNodes"] == "0/2"
-
-
-def test_a_finished_pod_completes_its_node_and_the_next_batch_starts() -> None:
-    world = world_with()
-    world.validate("tune")
-    world.step("tune")
-    first = world.pods("tune")[0]["spec"]["nodeName"]
-    world.finish_pods("tune")
-    world.step("tune")
-    world.step("tune")
-    labels = world.obj(resources.NODES, first)["metadata"]["labels"]
-    assert labels[status_key("tune")] == "complete"
-    running = [p["spec"]["nodeName"] for p in world.pods("tune") if "status" not in p]
-    assert running == ["n1" if first == "n0" else "n0"]
 
 
 def test_a_node_whose_cache_lags_our_own_write_is_not_planned_again() -> None:
