@@ -12,11 +12,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import click
 
-from lifecycle import rerunning, resetting
+from lifecycle import pod_records, rerunning, resetting
 from lifecycle.nodestate import (
     CORDON_ANNOTATION,
     IGNORE_LABEL,
@@ -47,6 +48,7 @@ from nodewright_bridge.commands.common import (
     list_all,
 )
 from nodewright_bridge.controller import podspec, snapshot
+from nodewright_bridge.errors import NotFoundError
 from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.rest import Rest
 
@@ -62,19 +64,34 @@ def parsed_cr(rest: Rest, name: str) -> NodeWright:
     return parsed
 
 
-def live_pods(rest: Rest, namespace: str, cr: str, node: str) -> list[str]:
-    """Names of the CR's package pods on ``node`` that are still running (or about to)."""
-    pods = list_all(
+def _package_pods(rest: Rest, namespace: str, cr: str, node: str) -> list[JsonObject]:
+    return list_all(
         rest,
         resources.PODS,
         namespace=namespace,
         label_selector=f"{podspec.LABEL_CR}={cr}",
         field_selector=f"spec.nodeName={node}",
     )
+
+
+def _live(pod: JsonObject) -> bool:
+    return str((pod.get("status") or {}).get("phase") or "Pending") in LIVE_PHASES
+
+
+def live_pods(rest: Rest, namespace: str, cr: str, node: str) -> list[str]:
+    """Names of the CR's package pods on ``node`` that are still running (or about to)."""
+    pods = _package_pods(rest, namespace, cr, node)
+    return sorted(str(meta(p).get("name")) for p in pods if _live(p))
+
+
+def carrying_pods(rest: Rest, namespace: str, cr: str, node: str) -> list[str]:
+    """The CR's ended pods on ``node`` that carry a start (``lifecycle.pod_records``): once the
+    node's state is forgotten, such a pod kept for its log would bring its entry back."""
+    pods = _package_pods(rest, namespace, cr, node)
     return sorted(
         str(meta(p).get("name"))
         for p in pods
-        if str((p.get("status") or {}).get("phase") or "Pending") in LIVE_PHASES
+        if not _live(p) and pod_records.ENTRY_ANNOTATION in (meta(p).get("annotations") or {})
     )
 
 
@@ -268,8 +285,13 @@ def reset(  # noqa: PLR0917 - click passes options positionally
                 patch = change_node(rest, node, lambda obj: reset_patch(name, obj, packages))
             if patch is None:
                 click.echo(f"node/{node}: nothing of nodewright/{name} to reset")
-            else:
-                say(f"node/{node}: reset nodewright/{name}: {_describe(patch)}", dry_run=dry_run)
+                continue
+            say(f"node/{node}: reset nodewright/{name}: {_describe(patch)}", dry_run=dry_run)
+            for pod in carrying_pods(rest, namespace, name, node):
+                if not dry_run:
+                    with contextlib.suppress(NotFoundError):
+                        rest.delete(resources.PODS, pod, namespace=namespace)
+                say(f"node/{node}: deleted kept pod {pod} (it recorded the start)", dry_run=dry_run)
         if busy:
             raise click.exceptions.Exit(EXIT_FAILED)
 
