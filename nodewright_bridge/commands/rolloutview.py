@@ -23,7 +23,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from lifecycle import compartments, selectors
+from lifecycle import compartments, pod_records, selectors
 from lifecycle.compartments import DEFAULT_COMPARTMENT
 from lifecycle.nodestate import (
     IGNORE_LABEL,
@@ -34,6 +34,8 @@ from lifecycle.nodestate import (
     status_key,
 )
 from lifecycle.spec import DeploymentPolicy, LabelSelector, NodeWright
+from lifecycle.stages import PodObservation
+from lifecycle.status import Status
 from nodewright_bridge.controller import snapshot
 
 JsonObject = Mapping[str, Any]
@@ -289,8 +291,10 @@ def node_row(
     targeted: bool,
     compartment: str = "",
     package_order: Sequence[str] = (),
+    pods: Sequence[PodObservation] = (),
 ) -> NodeRow:
-    """One Node's row for ``cr_name`` (never raises on malformed annotations)."""
+    """One Node's row for ``cr_name`` (never raises on malformed annotations); ``pods``: the
+    CR's pods on the node, whose carried starts (``lifecycle.pod_records``) show it working."""
     meta = snapshot.meta_of(node)
     name = str(meta.get("name", ""))
     labels = _str_map(meta.get("labels"))
@@ -314,6 +318,9 @@ def node_row(
             batch=batch,
             message=f"annotation {state_annotation(cr_name)} does not parse",
         )
+    carried = pod_records.overlay(state, None, pods, snapshot.parse_status(status))
+    if carried.keys:
+        state, status = dict(carried.state), Status.IN_PROGRESS.value
     current = _current_entry(state, package_order)
     if current is None:
         return NodeRow(name=name, status=status, compartment=compartment, batch=batch)
@@ -365,8 +372,15 @@ def build_view(
     nodes: Iterable[JsonObject],
     *,
     policy_obj: JsonObject | None = None,
+    pods: Iterable[JsonObject] = (),
 ) -> RolloutView:
-    """The view of one NodeWright from its raw object, the Nodes and (optionally) its policy."""
+    """The view of one NodeWright from its raw object, the Nodes, (optionally) its policy and
+    its package pods (a node whose pod carries its start shows in progress)."""
+    on_node: dict[str, list[PodObservation]] = {}
+    for pod in pods:
+        observed = snapshot.observe_pod(pod)
+        if observed is not None and observed.carried is not None:
+            on_node.setdefault(str((pod.get("spec") or {}).get("nodeName")), []).append(observed)
     meta = snapshot.meta_of(cr_obj)
     name = str(meta.get("name", ""))
     generation = _int(meta.get("generation"), 1)
@@ -425,6 +439,7 @@ def build_view(
             targeted=targeted[str(snapshot.meta_of(node).get("name", ""))],
             compartment=assignment.get(str(snapshot.meta_of(node).get("name", "")), ""),
             package_order=package_order,
+            pods=on_node.get(str(snapshot.meta_of(node).get("name", "")), ()),
         )
         for node in node_list
         if str(snapshot.meta_of(node).get("name", "")) in targeted

@@ -3,14 +3,15 @@
 What it shows (built by :mod:`nodewright_bridge.rolloutview`): the CR's status and conditions, each
 compartment (matched, ceiling, current batch, in progress, completed, failed, why it stopped) and
 each targeted node (status, current package / stage / state, attempts, last failure) read from the
-Nodes' ``bridge.nodewright.io/*-<cr>`` label and annotations.
+Nodes' ``bridge.nodewright.io/*-<cr>`` label and annotations, and from the CR's pods where a pod
+carries its start (``lifecycle.pod_records``: such a node shows in progress).
 
 API use is bounded and independent of the refresh rate:
 - one-shot: GET the CR, GET its DeploymentPolicy, LIST the targeted Nodes (label selector from the
-  CR's nodeSelectors, pages of 500) - three requests for a fleet of up to 500 nodes;
-- ``--watch``: the same GET of the policy plus one list+watch of the CR (field selector on its
-  name) and one list+watch of the targeted Nodes, through the controller's informers. The display
-  refreshes from those caches; nothing is polled.
+  CR's nodeSelectors, pages of 500), LIST the CR's pods - four requests for up to 500 nodes;
+- ``--watch``: the same GET of the policy plus one list+watch each of the CR (field selector on
+  its name), the targeted Nodes and the CR's pods, through the controller's informers. The
+  display refreshes from those caches; nothing is polled.
 
 ``--watch`` ends when the rollout is Ready (exit 0), Stalled or Degraded with nothing left in
 progress (exit 1), on Ctrl-C (exit 130) or after ``--timeout`` (exit 1), and then prints a per-node
@@ -46,9 +47,11 @@ from nodewright_bridge.commands.common import (
     kube_options,
     list_all,
 )
+from nodewright_bridge.controller import podspec
 from nodewright_bridge.errors import ApiError, NotFoundError
 from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.rest import Rest
+from nodewright_bridge.k8s.slimming import slim_pod
 from nodewright_bridge.k8s.watching import Informer, InformerSpec
 
 JsonObject = dict[str, Any]
@@ -88,14 +91,21 @@ def node_selector(cr_obj: Mapping[str, Any]) -> str | None:
 
 
 def read_view(rest: Rest, name: str) -> rolloutview.RolloutView:
-    """Three requests (plus node pages beyond 500): CR, policy, targeted Nodes."""
+    """Four requests (plus pages beyond 500): CR, policy, targeted Nodes, the CR's pods (a
+    node whose pod carries its start shows in progress)."""
     try:
         cr_obj = rest.get(resources.NODEWRIGHTS, name)
     except NotFoundError:
         raise CommandError(f"NodeWright {name!r} not found") from None
     policy = get_policy(rest, cr_obj)
     nodes = list_all(rest, resources.NODES, label_selector=node_selector(cr_obj))
-    return rolloutview.build_view(cr_obj, nodes, policy_obj=policy)
+    pods = list_all(
+        rest,
+        resources.PODS,
+        namespace=podspec.NAMESPACE,
+        label_selector=f"{podspec.LABEL_CR}={name}",
+    )
+    return rolloutview.build_view(cr_obj, nodes, policy_obj=policy, pods=pods)
 
 
 def resolve_name(rest: Rest, name: str | None) -> str | list[JsonObject]:
@@ -167,13 +177,14 @@ class _Changed:
 
 @dataclass
 class Watch:
-    """One list+watch of the CR and one of its Nodes; views are built from the caches."""
+    """List+watch of the CR, its Nodes and its pods; views are built from the caches."""
 
     rest: Rest
     name: str
     changed: threading.Event
     cr: Informer | None = None
     nodes: Informer | None = None
+    pods: Informer | None = None
     policy: JsonObject | None = None
 
     def start(self) -> None:
@@ -201,24 +212,36 @@ class Watch:
                 page_size=PAGE_SIZE,
             ),
         )
-        for informer in (self.cr, self.nodes):
+        self.pods = Informer(
+            self.rest,
+            InformerSpec(
+                name="pods",
+                resource=resources.PODS,
+                namespace=podspec.NAMESPACE,
+                label_selector=f"{podspec.LABEL_CR}={self.name}",
+                slim=slim_pod,
+            ),
+        )
+        for informer in (self.cr, self.nodes, self.pods):
             informer.add_handler(handler)
             informer.start()
-        for informer in (self.cr, self.nodes):
+        for informer in (self.cr, self.nodes, self.pods):
             if not informer.wait_for_sync(SYNC_TIMEOUT_SECONDS):
                 self.stop()
                 raise CommandError(f"could not list {informer.spec.name} within 60s")
 
     def view(self) -> rolloutview.RolloutView | None:
         """The current view, or None once the CR is gone."""
-        assert self.cr is not None and self.nodes is not None
+        assert self.cr is not None and self.nodes is not None and self.pods is not None
         crs = self.cr.store.values()
         if not crs:
             return None
-        return rolloutview.build_view(crs[0], self.nodes.store.values(), policy_obj=self.policy)
+        return rolloutview.build_view(
+            crs[0], self.nodes.store.values(), policy_obj=self.policy, pods=self.pods.store.values()
+        )
 
     def stop(self) -> None:
-        for informer in (self.cr, self.nodes):
+        for informer in (self.cr, self.nodes, self.pods):
             if informer is not None:
                 informer.stop()
 

@@ -194,6 +194,42 @@ def test_each_targeted_node_shows_its_current_package_stage_state_and_compartmen
     assert [r.name for r in view.nodes][:1] == ["a100-1"]  # in progress listed before waiting
 
 
+def test_a_node_whose_pod_carries_its_start_shows_in_progress_from_the_pod() -> None:
+    """A fresh install's first pod carries its start (lifecycle.pod_records); the Node still
+    says waiting (or nothing), the pod says what runs."""
+    carried = {
+        "metadata": {
+            "name": "nw-h100-0",
+            "labels": {
+                "bridge.nodewright.io/cr": "demo",
+                "bridge.nodewright.io/package": "sysctl-tuning",
+                "bridge.nodewright.io/version": "1.0.0",
+            },
+            "annotations": {
+                "bridge.nodewright.io/stages": "apply,config",
+                "bridge.nodewright.io/attempt": "1",
+                "bridge.nodewright.io/entry": json.dumps(
+                    entry("apply", "in_progress", updated="2025-01-01T00:02:00Z")
+                ),
+            },
+        },
+        "spec": {"nodeName": "h100-0"},
+        "status": {"phase": "Running"},
+    }
+    view = build_view(
+        cr_object(status=running_status()), fleet(), policy_obj=policy_object(), pods=[carried]
+    )
+    rows = {r.name: r for r in view.nodes}
+    shown = rows["h100-0"]
+    assert (shown.status, shown.package, shown.stage, shown.state) == (
+        "in_progress",
+        "sysctl-tuning",
+        "apply",
+        "in_progress",
+    )
+    assert rows["h100-1"].status == "waiting"
+
+
 def test_an_erroring_node_is_listed_first_with_its_attempts_and_failure_message() -> None:
     nodes = fleet()
     nodes[3] = node(
