@@ -262,13 +262,13 @@ def test_status_json_reports_conditions_compartments_and_each_nodes_state(
     assert data["outcome"] is None
 
 
-def test_a_one_shot_status_costs_three_requests(rollout: Rollout, kube: Kube) -> None:
+def test_a_one_shot_status_costs_four_requests(rollout: Rollout, kube: Kube) -> None:
     rollout.create_cr()
     metrics = Metrics()
     rest = Rest(build_api_client(ClientSettings(str(kube.kubeconfig)), metrics=metrics))
     view = status.read_view(rest, rollout.name)
     assert len(view.nodes) == 6
-    assert total_requests(metrics) == 3  # the CR, its policy, the targeted nodes
+    assert total_requests(metrics) == 4  # the CR, its policy, the targeted nodes, its pods
 
 
 def test_status_of_a_missing_cr_fails_with_one_line(kube: Kube, crds: None) -> None:
