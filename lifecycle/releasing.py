@@ -71,6 +71,7 @@ class PodSeen:
     live: bool
     deleting: bool
     created: datetime | None
+    carries: bool = False  # it carries its start (``lifecycle.pod_records``): the node is ours
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,11 +124,13 @@ def label_keys_of(cr: str) -> tuple[str, ...]:
 
 
 def tracked(cr: str, node: HeldNode) -> bool:
-    """The node carries a key or cordon hold of CR ``cr``: it is ours to clean up."""
+    """The node carries a key or cordon hold of CR ``cr``, or a pod of it that carries its
+    start (the Node records nothing yet): it is ours to clean up."""
     return bool(
         set(keys_of(cr)) & set(node.annotations)
         or set(label_keys_of(cr)) & set(node.labels)
         or (node.cordon is not None and cr in node.cordon.holders)
+        or any(pod.carries for pod in node.pods)
     )
 
 

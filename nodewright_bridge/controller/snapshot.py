@@ -485,6 +485,7 @@ def held_node(
                 live=seen.live,
                 deleting=seen.deleting,
                 created=parse_time(meta_of(raw).get("creationTimestamp")),
+                carries=seen.carried is not None,
             )
         )
     return releasing.HeldNode(

@@ -3,12 +3,13 @@ written at start, and why an entry the pod carries never outlives what the Node 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from stage_world import World, make_cr
+from stage_world import T0, World, make_cr
 
 from lifecycle import actions as act
-from lifecycle import pod_records
+from lifecycle import pod_records, releasing
 from lifecycle.nodestate import BatchRecord, PackageState, Stage, StageState
 from lifecycle.stages import PodObservation, PodPhase
 from lifecycle.status import Status
@@ -113,3 +114,22 @@ def test_a_carried_entry_goes_with_the_next_node_write() -> None:
     assert of(paused.actions, act.SetNodeStatus)[0].status is Status.PAUSED
     assert of(paused.actions, act.PatchNodeState)[0].set[KEY] == world.state[KEY]
     assert world.state[KEY].attempts == 1
+
+
+def test_a_node_whose_only_trace_is_a_pod_carrying_its_start_is_released_like_any_other() -> None:
+    """The node left the selector while its first pod ran: the Node records nothing of the CR,
+    but the pod does, so the node is let go (its runtime-required taint included) once the pod
+    ended, and the ended pod goes with it."""
+    cr = make_cr({"tune": {"version": "1.0.0"}}, runtimeRequired=True)
+    running = releasing.PodSeen("p", "tune", False, live=True, deleting=False, created=None)
+    node = releasing.HeldNode(name="n1", labels={}, annotations={}, cordon=None, pods=(running,))
+    assert not releasing.tracked("tune", node)  # a pod that carries nothing: not ours
+    carrying = replace(running, carries=True)
+    node = replace(node, pods=(carrying,))
+    assert releasing.tracked("tune", node)
+    assert releasing.plan_release(cr, node, [cr], T0).waiting  # its pod must end first
+    node = replace(node, pods=(replace(carrying, live=False),))
+    done = releasing.plan_release(cr, node, [cr], T0)
+    assert [a.name for a in of(done.actions, act.DeletePod)] == ["p"]
+    (release,) = of(done.actions, act.ReleaseNode)
+    assert release.remove_taint
