@@ -13,6 +13,7 @@ Without ``NWB_MEMDUMP`` nothing is installed: no cost.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -47,6 +48,11 @@ def dump(path: Path) -> None:
     lines = [
         f"== {time.strftime('%H:%M:%S')} {_status_line('VmRSS')} {_status_line('VmHWM')}",
         f"  rss by mapping: {_rss_by_mapping()}",
+        "  gc collections/collected/uncollectable by generation: "
+        + " ".join(
+            f"{g['collections']}/{g['collected']}/{g['uncollectable']}" for g in gc.get_stats()
+        )
+        + f"; pending {gc.get_count()}",
     ]
     if not tracemalloc.is_tracing():
         lines.extend(_pymalloc_summary())
