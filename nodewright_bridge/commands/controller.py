@@ -52,7 +52,7 @@ from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.client import ClientSettings, build_api_client
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.metrics import Metrics
-from nodewright_bridge.runtime import logformat
+from nodewright_bridge.runtime import allocator, logformat, memdump
 from nodewright_bridge.runtime.leadership import default_identity
 from nodewright_bridge.runtime.manager import (
     DEFAULT_METRICS_ADDR,
@@ -242,8 +242,10 @@ def run(
     workers: int,
 ) -> None:
     """Run the controller until SIGTERM/SIGINT; exits the process with the manager's code."""
+    allocator.limit_arenas()  # before any thread starts
     level = logging.getLevelNamesMapping()[log_level.upper()]
     logformat.configure(logformat.LogFormat(log_format), level=level)
+    memdump.install(os.environ.get(memdump.ENV), sites=bool(os.environ.get(memdump.SITES_ENV)))
     if ":" not in metrics_addr:
         click.echo(f"error: --metrics-addr: expected host:port, got {metrics_addr!r}", err=True)
         sys.exit(2)

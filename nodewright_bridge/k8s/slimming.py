@@ -7,20 +7,30 @@ Why: at 5,000 nodes the informer caches are the controller's memory. A Node obje
 - everything: name, namespace, uid, resourceVersion, generation, labels, annotations (minus
   ``kubectl.kubernetes.io/last-applied-configuration``), ownerReferences, finalizers,
   creation/deletion timestamps; never ``managedFields``;
-- Node: ``spec.unschedulable``, ``spec.taints``; ``status.conditions``, ``status.nodeInfo.bootID``;
+- Node: ``spec.unschedulable``, ``spec.taints``; the ``Ready`` condition (the only one read),
+  ``status.nodeInfo.bootID``;
 - Pod: ``spec.nodeName``, ``restartPolicy``, ``priority``, volume names and types (drain must see
   emptyDir), container names and images; ``status.phase``, ``reason``, ``message``,
-  ``conditions``, ``startTime`` and per-container state (termination message, exit code);
+  ``startTime`` and per-container state (termination message, exit code); no pod condition is
+  read (an agent's result is its termination message; readiness does not matter to a drain);
 - PodDisruptionBudget, NodeWright, DeploymentPolicy: all of spec and status (they are small).
 - Secret (controller namespace only): a digest per key instead of the data - the controller
   needs to notice that a package's secret vars changed, never to read them.
 
 A field missing here is a bug in this module, not a reason to cache whole objects.
+
+Nodes and pods are also *shared* (:func:`shared`): the keys and string values of the slim object
+is interned. Each watch event is decoded on its own, so without it every cached Node holds its own
+copy of ``"lastTransitionTime"``, ``"kubernetes.io/hostname"``, ``"KubeletReady"`` and of a batch's
+identical state annotations. Safe because cached objects are read-only (``store``) and strings
+are immutable. Measured on 5,000 sandbox Nodes mid-rollout: 23.4 MB slimmed as before (every
+condition, nothing shared), 12.7 MB interned, 9.6 MB interned with the Ready condition only.
 """
 
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +51,28 @@ _META_KEEP = (
     "deletionTimestamp",
     "deletionGracePeriodSeconds",
 )
+
+
+# Values that differ on every object: interning them would only grow the interpreter's table.
+_UNIQUE_VALUES = frozenset({"uid", "resourceVersion", "bootID"})
+
+
+def shared(value: Any) -> Any:
+    """``value`` rebuilt with its strings (dict keys too) interned: one copy per distinct text.
+
+    Values under the keys in ``_UNIQUE_VALUES`` are kept as they are.
+    """
+    kind = type(value)
+    if kind is str:
+        return sys.intern(value)
+    if kind is dict:
+        return {
+            sys.intern(k): v if k in _UNIQUE_VALUES and type(v) is str else shared(v)
+            for k, v in value.items()
+        }
+    if kind is list:
+        return [shared(v) for v in value]
+    return value
 
 
 def slim_metadata(meta: JsonObject) -> JsonObject:
@@ -87,17 +119,16 @@ def slim_node(obj: JsonObject) -> JsonObject:
     out["spec"] = _pick(obj.get("spec"), ("unschedulable", "taints"))
     status = obj.get("status") or {}
     slim_status: JsonObject = {}
-    conditions = status.get("conditions")
-    if conditions:
+    ready = [c for c in status.get("conditions") or () if c.get("type") == "Ready"]
+    if ready:
         slim_status["conditions"] = [
-            _pick(c, ("type", "status", "reason", "message", "lastTransitionTime"))
-            for c in conditions
+            _pick(c, ("type", "status", "reason", "message", "lastTransitionTime")) for c in ready
         ]
     boot_id = (status.get("nodeInfo") or {}).get("bootID")
     if boot_id:
         slim_status["nodeInfo"] = {"bootID": boot_id}
     out["status"] = slim_status
-    return out
+    return shared(out)  # type: ignore[no-any-return]
 
 
 def _slim_container_status(status: JsonObject) -> JsonObject:
@@ -125,16 +156,11 @@ def slim_pod(obj: JsonObject) -> JsonObject:
     out["spec"] = slim_spec
     status = obj.get("status") or {}
     slim_status = _pick(status, ("phase", "reason", "message", "startTime"))
-    if status.get("conditions"):
-        slim_status["conditions"] = [
-            _pick(c, ("type", "status", "reason", "lastTransitionTime"))
-            for c in status["conditions"]
-        ]
     for key in ("containerStatuses", "initContainerStatuses"):
         if status.get(key):
             slim_status[key] = [_slim_container_status(s) for s in status[key]]
     out["status"] = slim_status
-    return out
+    return shared(out)  # type: ignore[no-any-return]
 
 
 def slim_generic(obj: JsonObject) -> JsonObject:
