@@ -103,8 +103,25 @@ class NodePlanner:
         ``new_slot``: the rollout picked the node into a new batch now (never a kept plan: an
         erroring node re-attempts)."""
         name = cr.metadata.name
-        kept = None if new_slot else self.settled.plan(cr, snap.name, key, now)
+        declared = self._declared.get(name, {})
+        secret_data = self._secret_data.get(name, {})
+        # Everything ``plan_node`` reads but the time and the key (the learned interrupts by
+        # their count: they only grow, in place).
+        inputs: tuple[object, ...] = (
+            cr,
+            snap.facts,
+            snap.state,
+            snap.pods,
+            snap.status,
+            snap.preflight,
+            snap.drift_labelled,
+            disabled,
+            len(declared),
+            secret_data,
+        )
+        kept = None if new_slot else self.settled.plan(cr, snap.name, key, now, inputs)
         if kept is not None:
+            self.settled.attach(cr, snap, paused=paused, disabled=disabled)
             return kept
         allowed, paused_key, order, unpickable, may_check = key
         node_plan = stages.plan_node(
@@ -120,8 +137,8 @@ class NodePlanner:
                 paused=paused_key,
                 disabled=disabled,
                 unpickable=unpickable,
-                declared=self._declared.get(name, {}),
-                secret_data=self._secret_data.get(name, {}),
+                declared=declared,
+                secret_data=secret_data,
                 new_slot=new_slot,
                 outside_retry=self._outside_retry,
                 failed_pod_ttl=self._failed_pod_ttl,
@@ -140,6 +157,7 @@ class NodePlanner:
             paused=paused,
             disabled=disabled,
             node_index=caches.BY_NODE,
+            inputs=inputs,
         )
         return node_plan
 
@@ -148,10 +166,7 @@ class NodePlanner:
         later nodes start knowing it, so they are drained before they apply."""
         for key, entry in state.items():
             if entry.declared is not None:
-                known = self._declared.setdefault(cr, {})
-                if key not in known:
-                    known[key] = entry.declared
-                    self.settled.forget(cr)  # kept plans were made without knowing it
+                self._declared.setdefault(cr, {}).setdefault(key, entry.declared)
 
     def forget(self, cr: str) -> None:
         self.settled.forget(cr)

@@ -6,13 +6,16 @@ ago is not sent again, and a gone pod answers 404). Most nodes of a large rollou
 at any moment: waiting for their batch, complete, or running a package pod that has not ended.
 A plan is a pure function of the parsed CR, the Node, the pods on it, the PodDisruptionBudgets,
 the other CRs (a node's peers), a few flags and the time, and time enters only through
-deadlines, which the planner reports as ``requeue_at``. So a settled node's snapshot and plans
-are reused until its Node's resourceVersion, the resourceVersions of the package pods or of the
-workload pods on it, the CR object or the paused/disabled flags change, or a plan's
-``requeue_at`` passes; a node with workload pods also until a PodDisruptionBudget changes. A
-node whose state does not parse is planned afresh every time. Inputs that are not per node drop
-a CR's entries when they change (``forget``): the CR's secretVars data, any CR object of the
-pass (``use_pass_inputs``), a package's declared interrupt learned from a node.
+deadlines, which the planner reports as ``requeue_at``. So a settled node's snapshot is reused
+until its Node's resourceVersion, the resourceVersions of the package pods or of the workload
+pods on it, the CR object or the paused/disabled flags change; a node with workload pods also
+until a PodDisruptionBudget changes. Its plans are kept with everything the stage planner read
+but the time (``NodePlanner.plan``) and reused while that is equal and the plan's
+``requeue_at`` has not passed: a node that moved without changing any of it (a kubelet's status
+update, a label nobody reads) has its snapshot made again, not its plan. A node whose state does
+not parse is planned afresh every time. Inputs that are not per node drop a CR's entries when
+they change (``forget``): the CR's secretVars data, any CR object of the pass
+(``use_pass_inputs``: a node's peers come from them).
 
 ``KeptValues`` keeps what the rest of a pass derives from a node's snapshot (the rollout's node
 view, the drain view of the report, the validation candidate), keyed by the inputs it read.
@@ -41,8 +44,9 @@ class _Settled:
     cr: NodeWright
     paused: bool
     disabled: bool
-    snap: NodeSnapshot
-    plans: dict[PlanKey, NodePlan]
+    snap: NodeSnapshot | None  # None once the node moved (its plans stay, see ``plan``)
+    # per key: what the plan was made from besides the time (``NodePlanner.plan``), and the plan
+    plans: dict[PlanKey, tuple[tuple[object, ...], NodePlan]]
     pdbs: tuple[tuple[str, str], ...] = ()  # the PDB versions of the pass that made ``snap``
 
 
@@ -90,13 +94,16 @@ class SettledNodes:
         disabled: bool,
         node_index: str = "node",
     ) -> NodeSnapshot | None:
-        """The kept snapshot of ``node``, or None (and the entry is dropped) if anything moved."""
+        """The kept snapshot of ``node``, or None (and the snapshot is dropped) if anything
+        moved. Its plans stay: they are kept by what they were made from (``plan``)."""
         meta = meta_of(node)
         key = (cr.metadata.name, str(meta.get("name", "")))
         entry = self._entries.get(key)
         if entry is None:
             return None
         snap = entry.snap
+        if snap is None:
+            return None
         if (
             entry.cr is not cr
             or snap.resource_version != str(meta.get("resourceVersion", ""))
@@ -106,20 +113,30 @@ class SettledNodes:
             or snap.workload_pod_versions != pod_versions(stores.pods.by_index(node_index, key[1]))
             or (snap.workload_pod_versions and entry.pdbs is not self._pdbs.get(key[0]))
         ):
-            del self._entries[key]
+            entry.snap = None
             return None
-        return entry.snap
+        return snap
 
-    def plan(self, cr: NodeWright, node: str, key: PlanKey, now: datetime) -> NodePlan | None:
-        """The kept plan of ``node`` for ``key`` (after :meth:`get` returned its snapshot)."""
+    def plan(
+        self,
+        cr: NodeWright,
+        node: str,
+        key: PlanKey,
+        now: datetime,
+        inputs: tuple[object, ...] = (),
+    ) -> NodePlan | None:
+        """The kept plan of ``node`` for ``key``, if it was made from equal ``inputs`` (all the
+        stage planner reads but the time: a node whose Node or pods moved without changing any
+        of them, a kubelet's status update, keeps its plan) and its deadline has not passed."""
         entry = self._entries.get((cr.metadata.name, node))
         found = entry.plans.get(key) if entry is not None else None
         if found is None or entry is None:
             return None
-        if found.requeue_at is not None and now >= found.requeue_at:
+        made_from, kept = found
+        if (kept.requeue_at is not None and now >= kept.requeue_at) or made_from != inputs:
             del entry.plans[key]
             return None
-        return found
+        return kept
 
     def offer(
         self,
@@ -132,8 +149,10 @@ class SettledNodes:
         paused: bool,
         disabled: bool,
         node_index: str = "node",
+        inputs: tuple[object, ...] = (),
     ) -> None:
-        """Keep ``snap`` and ``plan`` (planned for ``key``) if the node is settled."""
+        """Keep ``snap`` and ``plan`` (planned for ``key`` from ``inputs``) if the node is
+        settled."""
         entry_key = (cr.metadata.name, snap.name)
         if (
             any(not isinstance(a, DeletePod) for a in plan.actions)
@@ -143,11 +162,20 @@ class SettledNodes:
             self._entries.pop(entry_key, None)
             return
         entry = self._entries.get(entry_key)
-        if entry is None or entry.snap is not snap:
-            pdbs = self._pdbs.get(cr.metadata.name, ())
-            entry = _Settled(cr, paused, disabled, snap, {}, pdbs)
+        if entry is None:
+            entry = _Settled(cr, paused, disabled, snap, {}, self._pdbs.get(cr.metadata.name, ()))
             self._entries[entry_key] = entry
-        entry.plans[key] = plan
+        else:
+            self.attach(cr, snap, paused=paused, disabled=disabled)
+        entry.plans[key] = (inputs, plan)
+
+    def attach(self, cr: NodeWright, snap: NodeSnapshot, *, paused: bool, disabled: bool) -> None:
+        """``snap`` is the node's snapshot to keep from now on (its kept plan was reused: the
+        node moved without changing what the plan read), so the next pass need not make it."""
+        entry = self._entries.get((cr.metadata.name, snap.name))
+        if entry is not None and entry.snap is not snap and snap.state_error is None:
+            entry.cr, entry.paused, entry.disabled, entry.snap = cr, paused, disabled, snap
+            entry.pdbs = self._pdbs.get(cr.metadata.name, ())
 
     def forget(self, cr_name: str) -> None:
         for key in [k for k in self._entries if k[0] == cr_name]:

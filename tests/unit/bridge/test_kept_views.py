@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cache_world import empty_stores
@@ -128,7 +128,7 @@ def test_a_declared_interrupt_learned_from_one_node_drops_the_plans_kept_of_the_
     key = planning.plan_key(waiting, allowed=False, paused=False)
     made = planner.plan(CR, waiting, key, NOW, paused=False, disabled=False)
     assert made.actions == (), made.actions
-    assert planner.settled.plan(CR, "n1", key, NOW) is made  # kept: nothing to do
+    assert planner.plan(CR, waiting, key, NOW, paused=False, disabled=False) is made  # kept
 
     entry = {"stage": "apply", "state": "complete", "declared": {"type": "reboot"}}
     other = raw_node("1")
@@ -138,7 +138,36 @@ def test_a_declared_interrupt_learned_from_one_node_drops_the_plans_kept_of_the_
     )
     reported = snapshot.snapshot_node(CR, other, stores, snapshot.PdbIndex())
     planner.plan(CR, reported, key, NOW, paused=False, disabled=False)
-    assert planner.settled.plan(CR, "n1", key, NOW) is None  # made without knowing it
+    again = planner.plan(CR, waiting, key, NOW, paused=False, disabled=False)
+    assert again is not made  # made again: the kept one did not know the interrupt
+
+
+def waiting_node(rv: str, **labels: str) -> dict[str, Any]:
+    obj = raw_node(rv)
+    obj["metadata"]["labels"].update({status_key("tune"): "waiting", **labels})
+    obj["metadata"]["annotations"][status_key("tune")] = "waiting"
+    return obj
+
+
+def test_a_node_that_moved_without_changing_what_its_plan_reads_keeps_its_plan() -> None:
+    stores = empty_stores()
+    planner = planning.NodePlanner(stores, SettledNodes())
+    snap = snap_of(waiting_node("1"))
+    key = planning.plan_key(snap, allowed=False, paused=False)
+    made = planner.plan(CR, snap, key, NOW, paused=False, disabled=False)
+
+    moved = waiting_node("2", unrelated="x")  # e.g. a kubelet's status update
+    assert planner.settled.get(CR, moved, stores, paused=False, disabled=False) is None
+    later = NOW + timedelta(seconds=5)
+    assert planner.plan(CR, snap_of(moved), key, later, paused=False, disabled=False) is made
+
+    cordoned = waiting_node("3")
+    cordoned["metadata"]["annotations"].update(
+        raw_node("3", cordoned=True)["metadata"]["annotations"]
+    )
+    replanned = planner.plan(CR, snap_of(cordoned), key, later, paused=False, disabled=False)
+    assert replanned is not made
+    assert planner.plan(CR, snap_of(moved), key, later, paused=True, disabled=True) is not made
 
 
 POOL = {"pool": "gpu"}
