@@ -10,7 +10,9 @@ Such a change decides nothing new, so every pass writes nothing and only the wor
 is measured.
 
 Prints, per N and K, the CPU seconds of one pass (``time.process_time``: the machine is shared,
-CPU time is steadier than wall-clock), the median of ``--passes`` passes after a warm-up one.
+CPU time is steadier than wall-clock), the median and the least of ``--passes`` passes after a
+warm-up one (a pass that runs a full garbage collection costs more: the median shows them when
+they are frequent), and the full (generation 2) garbage collections those passes ran.
 
 Run: ``.venv/bin/python tests/bench/bench_pass_cost.py [--nodes 1000 5000 10000]
 [--changed 0 10 500] [--passes 7]``. Not collected by pytest (file name); asserts nothing.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import pickle
 import random
 import statistics
@@ -112,9 +115,12 @@ def touch(world: ControllerWorld, names: list[str], serial: int) -> None:
             stores.package_pods.put(f"{pmeta['namespace']}/{pmeta['name']}", moved)
 
 
-def pass_cost(world: ControllerWorld, changed: int, passes: int, rng: random.Random) -> float:
+def pass_cost(
+    world: ControllerWorld, changed: int, passes: int, rng: random.Random
+) -> tuple[float, float, int]:
     names = world.stores.nodes.keys()
     costs = []
+    full = gc.get_stats()[2]["collections"]
     for i in range(passes + 1):
         touch(world, rng.sample(names, min(changed, len(names))), serial=rng.randrange(10**8))
         world.clock.advance(1.0)
@@ -123,7 +129,7 @@ def pass_cost(world: ControllerWorld, changed: int, passes: int, rng: random.Ran
         spent = time.process_time() - started
         if i:  # the first pass after a change of K warms up
             costs.append(spent)
-    return statistics.median(costs)
+    return statistics.median(costs), min(costs), gc.get_stats()[2]["collections"] - full
 
 
 def main() -> None:
@@ -136,13 +142,13 @@ def main() -> None:
     )
     args = parser.parse_args()
     rng = random.Random(17)
-    print(f"{'nodes':>7} {'changed':>8} {'cpu s/pass':>11}")
+    print(f"{'nodes':>7} {'changed':>8} {'cpu s/pass':>11} {'(min)':>8} {'full GCs':>9}")
     for nodes in args.nodes:
         world = world_of(nodes, args.keep)
         writes = len(world.api.requests)
         for changed in args.changed:
-            cost = pass_cost(world, changed, args.passes, rng)
-            print(f"{nodes:>7} {changed:>8} {cost:>11.4f}", flush=True)
+            median, least, full = pass_cost(world, changed, args.passes, rng)
+            print(f"{nodes:>7} {changed:>8} {median:>11.4f} {least:>8.4f} {full:>9}", flush=True)
         extra = [r for r in world.api.requests[writes:] if r[0] != "GET"]
         if extra:
             print(f"        (the measured passes sent {len(extra)} writes, e.g. {extra[:3]})")
