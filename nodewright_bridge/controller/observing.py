@@ -106,7 +106,9 @@ def observe(
         ready=frozenset(sequencing.ready_nodes(name, progress)),
         waiting_on=sequencing.waiting_on_all(name, progress),
     )
-    pdbs = snapshot.PdbIndex.of(stores.pdbs.values())
+    budgets = stores.pdbs.values()
+    pdbs = snapshot.PdbIndex.of(budgets)
+    cached.settled.use_pass_inputs(name, crs, budgets)
     record_key = batch_annotation(name)
     auto_taint = cr.spec.runtime_required and cr.spec.auto_taint_new_nodes
     for node in nodes:

@@ -24,7 +24,9 @@ For the report it also collects, from every targeted node whether planned this p
 
 ``NodePlanner`` holds what plans depend on across passes: the settled nodes' kept plans, each
 package's declared interrupt as any node reported it, the CR's secretVars data, and the
-controller's back-off of re-attempts after an outside cause (``lifecycle.recovery``).
+controller's back-off of re-attempts after an outside cause (``lifecycle.recovery``); and the
+views made of each node's snapshot (node, drain, validation candidate), kept with the inputs
+they read (``settled.KeptValues``), so a node that did not change costs a lookup.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from lifecycle.status import BatchState, Status
 from nodewright_bridge.controller import snapshot
 from nodewright_bridge.controller.node_writes import EventNote, NodeWork
 from nodewright_bridge.controller.observing import Observation
-from nodewright_bridge.controller.settled import PlanKey, SettledNodes
+from nodewright_bridge.controller.settled import KeptValues, PlanKey, SettledNodes
 from nodewright_bridge.controller.validating import ValidationSettings
 from nodewright_bridge.k8s import caches
 
@@ -72,6 +74,10 @@ class NodePlanner:
         self._failed_pod_ttl = failed_pod_ttl
         self._declared: dict[str, dict[str, Interrupt]] = {}
         self._secret_data: dict[str, dict[str, str]] = {}
+        # per (CR, node): the views of its snapshot made in earlier passes (``KeptValues``)
+        self.node_views: KeptValues[rollout.NodeView] = KeptValues()
+        self.drain_views: KeptValues[aggregation.DrainView] = KeptValues()
+        self.candidates: KeptValues[validating.CandidateNode] = KeptValues()
 
     def secret_data(self, cr: str) -> dict[str, str]:
         return self._secret_data.get(cr, {})
@@ -98,8 +104,25 @@ class NodePlanner:
         ``new_slot``: the rollout picked the node into a new batch now (never a kept plan: an
         erroring node re-attempts)."""
         name = cr.metadata.name
-        kept = None if new_slot else self.settled.plan(cr, snap.name, key, now)
+        declared = self._declared.get(name, {})
+        secret_data = self._secret_data.get(name, {})
+        # Everything ``plan_node`` reads but the time and the key (the learned interrupts by
+        # their count: they only grow, in place).
+        inputs: tuple[object, ...] = (
+            cr,
+            snap.facts,
+            snap.state,
+            snap.pods,
+            snap.status,
+            snap.preflight,
+            snap.drift_labelled,
+            disabled,
+            len(declared),
+            secret_data,
+        )
+        kept = None if new_slot else self.settled.plan(cr, snap.name, key, now, inputs)
         if kept is not None:
+            self.settled.attach(cr, snap, paused=paused, disabled=disabled)
             return kept
         allowed, paused_key, order, unpickable, may_check = key
         node_plan = stages.plan_node(
@@ -115,8 +138,8 @@ class NodePlanner:
                 paused=paused_key,
                 disabled=disabled,
                 unpickable=unpickable,
-                declared=self._declared.get(name, {}),
-                secret_data=self._secret_data.get(name, {}),
+                declared=declared,
+                secret_data=secret_data,
                 new_slot=new_slot,
                 outside_retry=self._outside_retry,
                 failed_pod_ttl=self._failed_pod_ttl,
@@ -136,6 +159,7 @@ class NodePlanner:
             paused=paused,
             disabled=disabled,
             node_index=caches.BY_NODE,
+            inputs=inputs,
         )
         return node_plan
 
@@ -150,6 +174,21 @@ class NodePlanner:
         self.settled.forget(cr)
         self._declared.pop(cr, None)
         self._secret_data.pop(cr, None)
+        for kept in self._kept():
+            kept.forget(cr)
+
+    def prune(self, seen: Observation) -> None:
+        """Drop the kept views of nodes this pass no longer shows (bounded memory)."""
+        count = len(seen.snaps) + len(seen.stale) + len(seen.malformed) + len(seen.departed)
+
+        def alive() -> set[str]:
+            return {*seen.snaps, *seen.stale, *seen.malformed, *(s.name for s in seen.departed)}
+
+        for kept in self._kept():
+            kept.prune(seen.cr.metadata.name, count, alive)
+
+    def _kept(self) -> tuple[KeptValues[object], ...]:
+        return (self.node_views, self.drain_views, self.candidates)  # type: ignore[return-value]
 
 
 @dataclass(slots=True)
@@ -240,20 +279,49 @@ def probe_views(
 ) -> tuple[dict[str, tuple[PlanKey, stages.NodePlan]], list[rollout.NodeView]]:
     """Step 1: probe every plannable node (not in ``skip``) and build the rollout's views."""
     cr, now = seen.cr, seen.now
+    kept = planner.node_views
+    cr_name = cr.metadata.name
     probes: dict[str, tuple[PlanKey, stages.NodePlan]] = {}
-    views = [node_view(s, None, ready=False) for s in seen.departed]
+    views = [_kept_view(kept, cr_name, s, None, ready=False) for s in seen.departed]
+    ready = seen.ready
     for name, snap in seen.snaps.items():
         if name in skip:
-            views.append(node_view(snap, None, ready=name in seen.ready))
+            views.append(_kept_view(kept, cr_name, snap, None, ready=name in ready))
             continue
         key = plan_key(snap, allowed=False, paused=seen.paused)
         probe = planner.plan(cr, snap, key, now, paused=seen.paused, disabled=seen.disabled)
         probes[name] = (key, probe)
-        views.append(node_view(snap, probe, ready=name in seen.ready))
+        views.append(_kept_view(kept, cr_name, snap, probe, ready=name in ready))
     for name, snap in seen.stale.items():
         status = written.get(name)
-        views.append(node_view(snap, None, ready=name in seen.ready, status=status))
+        views.append(_kept_view(kept, cr_name, snap, None, ready=name in ready, status=status))
     return probes, views
+
+
+def _kept_view(
+    kept: KeptValues[rollout.NodeView],
+    cr: str,
+    snap: snapshot.NodeSnapshot,
+    probe: stages.NodePlan | None,
+    *,
+    ready: bool,
+    status: Status | None = None,
+) -> rollout.NodeView:
+    """``node_view``, made again only when something it reads changed."""
+    if probe is not None:
+        inputs: tuple[object, ...] = (
+            snap,
+            ready,
+            status or probe.status,
+            probe.restart_due,
+            probe.check_pending,
+        )
+    else:
+        inputs = (snap, ready, status, False, False)
+    view = kept.get(cr, snap.name, inputs)
+    if view is None:
+        view = kept.put(cr, snap.name, inputs, node_view(snap, probe, ready=ready, status=status))
+    return view
 
 
 def plan_validation(
@@ -272,7 +340,11 @@ def plan_validation(
             now=seen.now,
             records=seen.old.validations,
             pods=inputs.pods,
-            nodes=validation_candidates([*seen.snaps.values(), *seen.stale.values()]),
+            nodes=validation_candidates(
+                [*seen.snaps.values(), *seen.stale.values()],
+                planner.candidates,
+                seen.cr.metadata.name,
+            ),
             secret_data=planner.secret_data(seen.cr.metadata.name),
             missing_secrets=inputs.missing_secrets,
             pull_deadline=inputs.settings.pull_deadline,
@@ -284,13 +356,22 @@ def plan_validation(
 
 def validation_candidates(
     snaps: list[snapshot.NodeSnapshot],
+    kept: KeptValues[validating.CandidateNode] | None = None,
+    cr: str = "",
 ) -> list[validating.CandidateNode]:
-    return [
-        validating.CandidateNode(
-            name=snap.name, ready=snap.facts.ready, labels=snap.labels, taints=snap.taints
-        )
-        for snap in snaps
-    ]
+    """The nodes a validation pod could run on (``kept``: made again only for changed nodes)."""
+    out = []
+    for snap in snaps:
+        inputs = (snap,)
+        candidate = kept.get(cr, snap.name, inputs) if kept is not None else None
+        if candidate is None:
+            candidate = validating.CandidateNode(
+                name=snap.name, ready=snap.facts.ready, labels=snap.labels, taints=snap.taints
+            )
+            if kept is not None:
+                kept.put(cr, snap.name, inputs, candidate)
+        out.append(candidate)
+    return out
 
 
 def plan_pass(
@@ -309,6 +390,7 @@ def plan_pass(
         if (planned := releasing.plan_auto_taint(cr, node))
     }
     probes, views = probe_views(seen, planner, written, skip=frozenset(tainting))
+    planner.prune(seen)
     checked = plan_validation(seen, planner, views, validation)
     if not checked.open:
         views = validating.hold_views(views)
@@ -466,17 +548,25 @@ def _targeted(seen: Observation) -> Iterator[snapshot.NodeSnapshot]:
     yield from seen.malformed.values()
 
 
-def drain_views(seen: Observation, status: Mapping[str, Status]) -> list[aggregation.DrainView]:
+def drain_views(
+    seen: Observation,
+    status: Mapping[str, Status],
+    kept: KeptValues[aggregation.DrainView] | None = None,
+) -> list[aggregation.DrainView]:
     """Every targeted node's drain as observed, with its status this pass (``status``): what
-    ``PDBBlocked`` is recomputed from, so a node that went erroring behind a PDB still counts."""
+    ``PDBBlocked`` is recomputed from, so a node that went erroring behind a PDB still counts.
+    ``kept``: a node's view is made again only when its snapshot or status changed."""
     name = seen.cr.metadata.name
     views = []
     for snap in _targeted(seen):
-        cordon = snap.facts.cordon
-        views.append(
-            aggregation.DrainView(
+        now_status = status.get(snap.name) or snap.status or Status.UNKNOWN
+        inputs = (snap, now_status)
+        view = kept.get(name, snap.name, inputs) if kept is not None else None
+        if view is None:
+            cordon = snap.facts.cordon
+            view = aggregation.DrainView(
                 name=snap.name,
-                status=status.get(snap.name) or snap.status or Status.UNKNOWN,
+                status=now_status,
                 held=cordon is not None and name in cordon.holders,
                 to_evict=snap.facts.pods_to_evict,
                 blocking_pdbs=snap.blocking_pdbs,
@@ -485,7 +575,9 @@ def drain_views(seen: Observation, status: Mapping[str, Status]) -> list[aggrega
                 protected_pods=snap.protected_pods,
                 since=aggregation.work_started(snap.state),
             )
-        )
+            if kept is not None:
+                kept.put(name, snap.name, inputs, view)
+        views.append(view)
     return views
 
 

@@ -340,7 +340,7 @@ class NodeWrightReconciler:
                 failures=results.failures,
                 pdb_blocked=outcome.pdb_blocked,
                 drain_blockers=outcome.drain_blockers,
-                drains=planning.drain_views(seen, results.status),
+                drains=planning.drain_views(seen, results.status, self._planner.drain_views),
                 ignored=planning.ignored_nodes(seen),
                 malformed={n: s.state_error or "" for n, s in seen.malformed.items()},
                 waiting_on=seen.waiting_on,

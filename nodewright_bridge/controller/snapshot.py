@@ -376,6 +376,8 @@ class NodeSnapshot:
     blocking_pdbs: tuple[str, ...] = ()
     # (name, resourceVersion) of every package pod (any CR's) on the node, as read here
     package_pod_versions: tuple[tuple[str, str], ...] = ()
+    # (name, resourceVersion) of every workload pod on the node, as read here
+    workload_pod_versions: tuple[tuple[str, str], ...] = ()
     # each blocking PDB with the pods it keeps here; the podNonInterruptLabels pods running here
     pdb_pods: tuple[tuple[str, tuple[str, ...]], ...] = ()
     protected_pods: tuple[str, ...] = ()
@@ -549,7 +551,8 @@ def snapshot_node(
         state = {}
         state_error = str(exc) or "does not parse"
 
-    workload = [pod_view(p) for p in stores.pods.by_index(node_index, name)]
+    workload_pods = stores.pods.by_index(node_index, name)
+    workload = [pod_view(p) for p in workload_pods]
     plan = draining.plan_drain(workload, cr.spec.drain)
     relevant = pdbs.relevant(workload)
     blocking = draining.blocking_pdbs(plan.evict, relevant, cr.spec.drain)
@@ -615,6 +618,7 @@ def snapshot_node(
         evictions=draining.evictions(plan.evict, relevant),
         blocking_pdbs=facts.blocking_pdbs,
         package_pod_versions=pod_versions(package_pods),
+        workload_pod_versions=pod_versions(workload_pods),
         pdb_pods=facts.pdb_pods,
         protected_pods=protected,
         preflight=preflight.parse_records(annotations.get(preflight_annotation(cr_name))),

@@ -124,7 +124,7 @@ def test_a_plan_is_not_kept_past_its_deadline() -> None:
     assert kept(memo, cr, stores, node(), now=deadline) is None
 
 
-def test_plans_with_work_to_do_or_on_nodes_with_workload_pods_are_never_kept() -> None:
+def test_plans_with_work_to_do_are_never_kept() -> None:
     memo, cr, stores = SettledNodes(), make_cr(), empty_stores()
     snap = snapshot.snapshot_node(cr, node(), stores, snapshot.PdbIndex())
     busy = NodePlan(
@@ -137,10 +137,50 @@ def test_plans_with_work_to_do_or_on_nodes_with_workload_pods_are_never_kept() -
     memo.offer(cr, snap, KEY, busy, stores, paused=False, disabled=False)
     assert kept(memo, cr, stores, node()) is None
 
+
+def pdb(rv: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "keep", "namespace": "ns", "resourceVersion": rv},
+        "spec": {"selector": {"matchLabels": {"app": "x"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+
+
+def test_a_node_with_workload_pods_is_kept_until_a_pod_or_a_pdb_moves() -> None:
+    memo, cr, stores = SettledNodes(), make_cr(), empty_stores()
     stores.pods.put("ns/train", pod("train", "9"))
-    snap = snapshot.snapshot_node(cr, node(), stores, snapshot.PdbIndex())
-    memo.offer(cr, snap, KEY, plan(), stores, paused=False, disabled=False)
-    assert memo.get(cr, node(), stores, paused=False, disabled=False) is None
+    memo.use_pass_inputs("tuning", [cr], [pdb("1")])
+    _, made = settle(memo, cr, stores, node())
+    memo.use_pass_inputs("tuning", [cr], [pdb("1")])  # the next pass: nothing moved
+    assert kept(memo, cr, stores, node()) is made
+
+    memo.use_pass_inputs("tuning", [cr], [pdb("2")])  # the budget changed
+    assert kept(memo, cr, stores, node()) is None
+
+    settle(memo, cr, stores, node())
+    stores.pods.put("ns/train", pod("train", "10"))  # the workload pod changed
+    assert kept(memo, cr, stores, node()) is None
+
+    settle(memo, cr, stores, node())
+    stores.pods.put("ns/infer", pod("infer", "11"))  # one more arrived
+    assert kept(memo, cr, stores, node()) is None
+
+
+def test_another_cr_object_changing_drops_the_kept_plans_its_peers_came_from() -> None:
+    memo, cr, stores = SettledNodes(), make_cr(), empty_stores()
+    other = NodeWright.model_validate(
+        {
+            "metadata": {"name": "other"},
+            "spec": {"packages": {"sysctl": {"version": "1.0.0", "image": "r/p"}}},
+        }
+    )
+    memo.use_pass_inputs("tuning", [cr, other], [])
+    settle(memo, cr, stores, node())
+    memo.use_pass_inputs("tuning", [cr, other], [])
+    assert kept(memo, cr, stores, node()) is not None
+    paused = other.model_copy(update={"metadata": other.metadata.model_copy()})
+    memo.use_pass_inputs("tuning", [cr, paused], [])
+    assert kept(memo, cr, stores, node()) is None
 
 
 def test_a_plan_that_only_deletes_recorded_pods_is_kept_as_asking_again_is_harmless() -> None:
