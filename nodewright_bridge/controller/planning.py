@@ -119,6 +119,7 @@ class NodePlanner:
             disabled,
             len(declared),
             secret_data,
+            snap.carried,
         )
         kept = None if new_slot else self.settled.plan(cr, snap.name, key, now, inputs)
         if kept is not None:
