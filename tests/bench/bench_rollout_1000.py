@@ -251,6 +251,7 @@ def run(  # noqa: PLR0917 - the command line's options, passed once
     interrupt: bool = False,
     preflight: bool = False,
     profile: Path | None = None,
+    check_concurrency: int | None = None,
 ) -> None:
     work = Path(tempfile.mkdtemp(prefix="nwb-bench-rollout-"))
     print(f"sandbox: {nodes} simulate-mode nodes, package pods take {seconds:g}s; state {work}")
@@ -301,6 +302,8 @@ def run(  # noqa: PLR0917 - the command line's options, passed once
             log_level,
             "--no-leader-elect",
         ]
+        if check_concurrency is not None:
+            argv += ["--check-concurrency", str(check_concurrency)]
         with log.open("wb") as out:
             controller = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         wait_ready(port)
@@ -472,6 +475,11 @@ def main() -> None:
         metavar="DIR",
         help="profile the controller (py-spy) and the API server (pprof) into DIR",
     )
+    parser.add_argument(
+        "--check-concurrency",
+        type=int,
+        help="the controller's check pods at once (its default: 10)",
+    )
     args = parser.parse_args()
     run(
         args.nodes,
@@ -482,6 +490,7 @@ def main() -> None:
         interrupt=args.interrupt,
         preflight=args.preflight,
         profile=args.profile,
+        check_concurrency=args.check_concurrency,
     )
 
 
