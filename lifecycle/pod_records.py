@@ -18,7 +18,8 @@ When a pod's carried entry counts (``overlay``): the node records nothing for th
 status label is still absent or ``waiting``. So an entry the node has recorded always wins (a
 result, a retry, a later cycle), and a failed pod kept for its log never brings back an entry
 that was removed after its failure was recorded: removing an entry (an uninstall, an upgrade's
-old version) goes with a new status label, and ``nwb reset`` deletes the CR's pods. Whenever
+old version) goes with a new status label, and ``nwb reset`` deletes the ended pods that
+carried a start. Whenever
 the planner writes the node anyway (another package, a new label), the carried entries are
 written with it (``stages``), so a label never moves while the Node lacks an entry a pod carries.
 """
