@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from chart_support import CHART, Helm
 from controller_image import controller_image, engine, push_as
 from e2e_harness import E2E, GROUP, NAMESPACE, SLOW_TEST_SECONDS, VERSION, World, wait_for
@@ -233,9 +232,11 @@ def test_the_chart_runs_the_controller_image_through_upgrade_leader_loss_and_uni
     helm = Helm(world.env.kubeconfig, tmp_path / "helm-home")
     release = f"nwb-{uuid.uuid4().hex[:6]}"
     image = controller_image()
-    values = tmp_path / "values.yaml"
+    values = tmp_path / "values.json"
+    # JSON, not YAML: a hex id such as "123e45" is a plain string to PyYAML but a
+    # number to Helm's YAML 1.1 reader, which the chart's schema then refuses.
     values.write_text(
-        yaml.safe_dump(
+        json.dumps(
             {
                 "namespace": NAMESPACE,
                 "createNamespace": False,
