@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import partial
 
 from lifecycle import (
     actions,
@@ -319,10 +320,9 @@ def _kept_view(
         )
     else:
         inputs = (snap, ready, status, False, False)
-    view = kept.get(cr, snap.name, inputs)
-    if view is None:
-        view = kept.put(cr, snap.name, inputs, node_view(snap, probe, ready=ready, status=status))
-    return view
+    return kept.made(
+        cr, snap.name, inputs, lambda: node_view(snap, probe, ready=ready, status=status)
+    )
 
 
 def plan_validation(
@@ -357,22 +357,17 @@ def plan_validation(
 
 def validation_candidates(
     snaps: list[snapshot.NodeSnapshot],
-    kept: KeptValues[validating.CandidateNode] | None = None,
-    cr: str = "",
+    kept: KeptValues[validating.CandidateNode],
+    cr: str,
 ) -> list[validating.CandidateNode]:
     """The nodes a validation pod could run on (``kept``: made again only for changed nodes)."""
-    out = []
-    for snap in snaps:
-        inputs = (snap,)
-        candidate = kept.get(cr, snap.name, inputs) if kept is not None else None
-        if candidate is None:
-            candidate = validating.CandidateNode(
-                name=snap.name, ready=snap.facts.ready, labels=snap.labels, taints=snap.taints
-            )
-            if kept is not None:
-                kept.put(cr, snap.name, inputs, candidate)
-        out.append(candidate)
-    return out
+
+    def candidate(snap: snapshot.NodeSnapshot) -> validating.CandidateNode:
+        return validating.CandidateNode(
+            name=snap.name, ready=snap.facts.ready, labels=snap.labels, taints=snap.taints
+        )
+
+    return [kept.made(cr, s.name, (s,), partial(candidate, s)) for s in snaps]
 
 
 def plan_pass(
@@ -552,33 +547,31 @@ def _targeted(seen: Observation) -> Iterator[snapshot.NodeSnapshot]:
 def drain_views(
     seen: Observation,
     status: Mapping[str, Status],
-    kept: KeptValues[aggregation.DrainView] | None = None,
+    kept: KeptValues[aggregation.DrainView],
 ) -> list[aggregation.DrainView]:
     """Every targeted node's drain as observed, with its status this pass (``status``): what
     ``PDBBlocked`` is recomputed from, so a node that went erroring behind a PDB still counts.
     ``kept``: a node's view is made again only when its snapshot or status changed."""
     name = seen.cr.metadata.name
+
+    def view(snap: snapshot.NodeSnapshot, now_status: Status) -> aggregation.DrainView:
+        cordon = snap.facts.cordon
+        return aggregation.DrainView(
+            name=snap.name,
+            status=now_status,
+            held=cordon is not None and name in cordon.holders,
+            to_evict=snap.facts.pods_to_evict,
+            blocking_pdbs=snap.blocking_pdbs,
+            blockers=tuple(draining.describe_blocker(p, d) for p, d in snap.drain.blockers),
+            pdb_pods=snap.pdb_pods,
+            protected_pods=snap.protected_pods,
+            since=aggregation.work_started(snap.state),
+        )
+
     views = []
     for snap in _targeted(seen):
-        now_status = status.get(snap.name) or snap.status or Status.UNKNOWN
-        inputs = (snap, now_status)
-        view = kept.get(name, snap.name, inputs) if kept is not None else None
-        if view is None:
-            cordon = snap.facts.cordon
-            view = aggregation.DrainView(
-                name=snap.name,
-                status=now_status,
-                held=cordon is not None and name in cordon.holders,
-                to_evict=snap.facts.pods_to_evict,
-                blocking_pdbs=snap.blocking_pdbs,
-                blockers=tuple(draining.describe_blocker(p, d) for p, d in snap.drain.blockers),
-                pdb_pods=snap.pdb_pods,
-                protected_pods=snap.protected_pods,
-                since=aggregation.work_started(snap.state),
-            )
-            if kept is not None:
-                kept.put(name, snap.name, inputs, view)
-        views.append(view)
+        now = status.get(snap.name) or snap.status or Status.UNKNOWN
+        views.append(kept.made(name, snap.name, (snap, now), partial(view, snap, now)))
     return views
 
 

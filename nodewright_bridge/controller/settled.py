@@ -203,6 +203,11 @@ class KeptValues(Generic[V]):
         self._rows.setdefault(cr, {})[node] = (inputs, value)
         return value
 
+    def made(self, cr: str, node: str, inputs: tuple[object, ...], make: Callable[[], V]) -> V:
+        """The value kept for ``inputs``, or ``make()`` kept from now on."""
+        value = self.get(cr, node, inputs)
+        return self.put(cr, node, inputs, make()) if value is None else value
+
     def prune(self, cr: str, count: int, alive: Callable[[], Collection[str]]) -> None:
         """Drop the rows of nodes not ``alive`` once there are more rows than the ``count`` live
         nodes (checking costs nothing while no node went away)."""
