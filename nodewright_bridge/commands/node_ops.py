@@ -78,16 +78,14 @@ def _live(pod: JsonObject) -> bool:
     return str((pod.get("status") or {}).get("phase") or "Pending") in LIVE_PHASES
 
 
-def live_pods(rest: Rest, namespace: str, cr: str, node: str) -> list[str]:
-    """Names of the CR's package pods on ``node`` that are still running (or about to)."""
-    pods = _package_pods(rest, namespace, cr, node)
+def live_pods(pods: list[JsonObject]) -> list[str]:
+    """Names of the pods (the CR's on a node) that are still running (or about to)."""
     return sorted(str(meta(p).get("name")) for p in pods if _live(p))
 
 
-def carrying_pods(rest: Rest, namespace: str, cr: str, node: str) -> list[str]:
-    """The CR's ended pods on ``node`` that carry a start (``lifecycle.pod_records``): once the
-    node's state is forgotten, such a pod kept for its log would bring its entry back."""
-    pods = _package_pods(rest, namespace, cr, node)
+def carrying_pods(pods: list[JsonObject]) -> list[str]:
+    """The ended pods (the CR's on a node) that carry a start (``lifecycle.pod_records``): once
+    the node's state is forgotten, such a pod kept for its log would bring its entry back."""
     return sorted(
         str(meta(p).get("name"))
         for p in pods
@@ -270,7 +268,8 @@ def reset(  # noqa: PLR0917 - click passes options positionally
         )
         busy = False
         for node in targets:
-            running = live_pods(rest, namespace, name, node)
+            pods = _package_pods(rest, namespace, name, node)
+            running = live_pods(pods)
             if running:
                 busy = True
                 click.echo(
@@ -287,7 +286,7 @@ def reset(  # noqa: PLR0917 - click passes options positionally
                 click.echo(f"node/{node}: nothing of nodewright/{name} to reset")
                 continue
             say(f"node/{node}: reset nodewright/{name}: {_describe(patch)}", dry_run=dry_run)
-            for pod in carrying_pods(rest, namespace, name, node):
+            for pod in carrying_pods(pods):
                 if not dry_run:
                     with contextlib.suppress(NotFoundError):
                         rest.delete(resources.PODS, pod, namespace=namespace)
