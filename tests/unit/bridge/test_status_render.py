@@ -172,17 +172,17 @@ def text_of(renderable: Any, width: int = 220) -> str:
     return console.export_text()
 
 
+def working_on(row: Any) -> tuple[str, str, str, str]:
+    """A node row's status and what it runs: package, stage, state."""
+    return (row.status, row.package, row.stage, row.state)
+
+
 def test_each_targeted_node_shows_its_current_package_stage_state_and_compartment() -> None:
     view = build_view(cr_object(status=running_status()), fleet(), policy_obj=policy_object())
     rows = {r.name: r for r in view.nodes}
     assert set(rows) == {"a100-0", "a100-1", "h100-0", "h100-1"}
     busy = rows["a100-1"]
-    assert (busy.status, busy.package, busy.stage, busy.state) == (
-        "in_progress",
-        "kmod-blacklist",
-        "apply",
-        "in_progress",
-    )
+    assert working_on(busy) == ("in_progress", "kmod-blacklist", "apply", "in_progress")
     assert (busy.compartment, busy.batch) == ("a100", 2)
     # The newest entry of a finished node is shown; unpicked nodes get their policy compartment.
     assert rows["a100-0"].package == "kmod-blacklist"
@@ -220,13 +220,7 @@ def test_a_node_whose_pod_carries_its_start_shows_in_progress_from_the_pod() -> 
         cr_object(status=running_status()), fleet(), policy_obj=policy_object(), pods=[carried]
     )
     rows = {r.name: r for r in view.nodes}
-    shown = rows["h100-0"]
-    assert (shown.status, shown.package, shown.stage, shown.state) == (
-        "in_progress",
-        "sysctl-tuning",
-        "apply",
-        "in_progress",
-    )
+    assert working_on(rows["h100-0"]) == ("in_progress", "sysctl-tuning", "apply", "in_progress")
     assert rows["h100-1"].status == "waiting"
 
 
