@@ -376,11 +376,7 @@ def build_view(
 ) -> RolloutView:
     """The view of one NodeWright from its raw object, the Nodes, (optionally) its policy and
     its package pods (a node whose pod carries its start shows in progress)."""
-    on_node: dict[str, list[PodObservation]] = {}
-    for pod in pods:
-        observed = snapshot.observe_pod(pod)
-        if observed is not None and observed.carried is not None:
-            on_node.setdefault(str((pod.get("spec") or {}).get("nodeName")), []).append(observed)
+    on_node = snapshot.carrying_by_node(pods)
     meta = snapshot.meta_of(cr_obj)
     name = str(meta.get("name", ""))
     generation = _int(meta.get("generation"), 1)

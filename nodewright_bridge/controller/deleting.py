@@ -38,14 +38,11 @@ def uninstall_pending(
     CR as deletion runs it, ``lifecycle.releasing.uninstall_variant``), or whose pod of the CR
     (``pods``) carries the start of one (``lifecycle.pod_records``): it may have applied it."""
     keys = {f"{n}|{p.version}" for n, p in variant.spec.packages.items()}
-    out = set()
-    for pod in pods:
-        observed = snapshot.observe_pod(pod)
-        node = (pod.get("spec") or {}).get("nodeName")
-        if observed is None or observed.carried is None or not node:
-            continue
-        if f"{observed.package}|{observed.version}" in keys:
-            out.add(str(node))
+    out = {
+        node
+        for node, carrying in snapshot.carrying_by_node(pods).items()
+        if any(f"{pod.package}|{pod.version}" in keys for pod in carrying)
+    }
     for node in nodes:
         text = snapshot.annotations_of(node).get(state_annotation(variant.metadata.name))
         try:

@@ -352,6 +352,17 @@ def dump_entry(entry: PackageState) -> str:
     return entry.model_dump_json(by_alias=True, exclude_defaults=True)
 
 
+def carrying_by_node(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[PodObservation]]:
+    """Node -> the pods among ``pods`` that carry a start (``lifecycle.pod_records``)."""
+    out: dict[str, list[PodObservation]] = {}
+    for pod in pods:
+        observed = observe_pod(pod)
+        node = (pod.get("spec") or {}).get("nodeName")
+        if observed is not None and observed.carried is not None and node:
+            out.setdefault(str(node), []).append(observed)
+    return out
+
+
 # ---- the snapshot ----------------------------------------------------------------------------
 
 
