@@ -29,8 +29,9 @@ ETCD_VERSION = "v3.6.16"
 REQUIRED = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 OPTIONAL = ("helm",)
 BUILD_SCRIPT = Path(__file__).with_name("build-control-plane.sh")
-# --version is instant for these static binaries; 20 s covers a cold page cache on a busy box.
-VERSION_TIMEOUT_SECONDS = 20.0
+# --version is instant for these static binaries; a cold page cache on a box still busy tearing
+# down a 5,000-node sandbox once took longer than 20 s (and the bench then failed to start).
+VERSION_TIMEOUT_SECONDS = 90.0
 
 
 class BinaryNotFoundError(Exception):
@@ -96,9 +97,12 @@ def probe_version(path: Path) -> str | None:
             timeout=VERSION_TIMEOUT_SECONDS,
             check=False,
         )
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("%s does not answer --version: %s", path, exc)
         return None
     if done.returncode != 0:
+        why = (done.stderr or done.stdout).strip()[-300:]
+        log.warning("%s --version exited %d: %s", path, done.returncode, why)
         return None
     lines = (done.stdout or done.stderr).strip().splitlines()
     return lines[0].strip() if lines else "unknown"
