@@ -63,6 +63,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -374,6 +375,45 @@ def run_isolated(
     )
 
 
+# How long a kill waits for the command's PID namespace to empty after unshare is gone.
+NAMESPACE_EXIT_SECONDS = 10.0
+
+
+def kill_isolated(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the command and return once everything it started is dead.
+
+    Why not ``proc.kill(); proc.wait()``: ``proc`` is unshare, and ``--kill-child`` kills the
+    inner init only once unshare has died; the kernel then kills the rest of the namespace. So
+    unshare's exit comes first, and a caller that looked at once could still find the command's
+    processes alive (a loaded machine made that visible). The init exits, and turns zombie,
+    only after every other process of its namespace is gone, so waiting for that is enough.
+    """
+    inner = _children(proc.pid) if proc.poll() is None else []
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + NAMESPACE_EXIT_SECONDS
+    while any(_alive(pid) for pid in inner) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(child) for child in text.split()]
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie has exited: its namespace is empty)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] != "Z"
+
+
 def stop_isolated(proc: subprocess.Popen[bytes], *, grace: float = 5.0) -> int:
     """SIGTERM the command, then SIGKILL everything after ``grace`` seconds; the exit status."""
     if proc.poll() is None:
@@ -382,5 +422,5 @@ def stop_isolated(proc: subprocess.Popen[bytes], *, grace: float = 5.0) -> int:
         try:
             return proc.wait(grace)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            kill_isolated(proc)
     return proc.wait()

@@ -161,8 +161,12 @@ def test_killing_an_exec_pod_ends_everything_it_started(
     nodes: list[SimNode], roots: NodeRoots, package_dir: Path
 ) -> None:
     runner = ExecRunner({IMAGE_REPO: package_dir}, roots=roots)
-    marker = f"nwb-kill-{uuid.uuid4().hex[:8]}"
-    spec = pod_spec(nodes[0], f"{IMAGE_REPO}:1", f"sh -c 'exec -a {marker} sleep 300' & wait")
+    suffix = uuid.uuid4().hex[:8]
+    marker = f"nwb-kill-{suffix}"
+    # bash's exec -a names the background sleep after the marker (dash, the node's sh, has no
+    # -a); the script spells the marker only as "$m-...", so only that sleep matches it.
+    script = f'm=nwb-kill; bash -c "exec -a $m-{suffix} sleep 300" & wait'
+    spec = pod_spec(nodes[0], f"{IMAGE_REPO}:1", script)
     container = runner.start(nodes[0], spec)
     deadline = time.monotonic() + 30
     while subprocess.run(["pgrep", "-f", marker], capture_output=True, check=False).returncode != 0:

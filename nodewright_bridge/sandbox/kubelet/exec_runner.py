@@ -93,8 +93,7 @@ class ExecContainer:
         with self._lock:
             if self._proc.poll() is None:
                 self._killed = True
-                self._proc.kill()  # the inner init dies; the kernel kills its PID namespace
-        self._proc.wait()
+        isolation.kill_isolated(self._proc)  # returns once its PID namespace is empty
 
     def termination_message(self) -> str:
         return read_message(self._termination_log)
