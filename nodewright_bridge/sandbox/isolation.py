@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import IO
 
 from nodewright_bridge.sandbox import isolation_init, mounts, processes
+from nodewright_bridge.sandbox.supervisor import pid_alive
 
 # --- the parent side ------------------------------------------------------------------------
 
@@ -385,15 +386,14 @@ def kill_isolated(proc: subprocess.Popen[bytes]) -> None:
     Why not ``proc.kill(); proc.wait()``: ``proc`` is unshare, and ``--kill-child`` kills the
     inner init only once unshare has died; the kernel then kills the rest of the namespace. So
     unshare's exit comes first, and a caller that looked at once could still find the command's
-    processes alive (a loaded machine made that visible). The init exits, and turns zombie,
-    only after every other process of its namespace is gone, so waiting for that is enough.
+    processes alive (a loaded machine made that visible). The init exits, and turns zombie (not
+    alive to ``pid_alive``), only after every other process of its namespace is gone.
     """
     inner = _children(proc.pid) if proc.poll() is None else []
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
+    proc.kill()  # nothing if it has ended already
     proc.wait()
     deadline = time.monotonic() + NAMESPACE_EXIT_SECONDS
-    while any(_alive(pid) for pid in inner) and time.monotonic() < deadline:
+    while any(pid_alive(pid) for pid in inner) and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
@@ -403,15 +403,6 @@ def _children(pid: int) -> list[int]:
     except OSError:
         return []
     return [int(child) for child in text.split()]
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie has exited: its namespace is empty)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return False
-    return fields[0] != "Z"
 
 
 def stop_isolated(proc: subprocess.Popen[bytes], *, grace: float = 5.0) -> int:
