@@ -481,6 +481,10 @@ class Replay:
         self.in_namespace: dict[str, set[str]] = {}
         self.pdbs: dict[str, PdbFacts] = {}
         self.doomed: set[str] = set()  # namespaces being deleted
+        # Pods bound to a node when its Node was deleted: the machine went away under them, so
+        # their status turning unhealthy (the node registered again restarts them) is no
+        # drain's doing, until they are healthy again. A delete of one still counts.
+        self.lost: set[str] = set()
         self.crs: dict[str, CrFacts] = {}
         self.history: dict[str, NodeHistory] = {}
         self.violations: list[Violation] = []
@@ -506,6 +510,7 @@ class Replay:
         if not isinstance(c.facts, NodeFacts):
             if not history.gone:
                 history.forget()
+            self.lost.update(self.on_node.get(c.key, ()))
             return
         now = self.nodes[c.key] = c.facts
         history.revisions += 1
@@ -591,7 +596,12 @@ class Replay:
                     f"interrupt pod {running.key} Running",
                     [running],
                 )
-        lost = before is not None and self.tracked(before.node) and before.node not in self.nodes
+        restarted = pod is not None and not pod.deleting and c.key in self.lost
+        lost = before is not None and (
+            restarted or (self.tracked(before.node) and before.node not in self.nodes)
+        )
+        if pod is None or pod.deleting or pod.healthy:
+            self.lost.discard(c.key)  # gone, going or healthy again: what happens next counts
         if (
             before is not None
             and before.healthy

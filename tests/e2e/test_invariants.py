@@ -328,6 +328,36 @@ def test_a_pod_disruption_budget_broken_is_reported(bare: World) -> None:
     assert "1 healthy < minAvailable 2" in seen.message, report.text()
 
 
+def test_pods_a_deleted_node_left_behind_restarting_is_no_drains_doing(bare: World) -> None:
+    """A Node deleted under its pods (no pod garbage collection here) and registered again: its
+    kubelet starts the pods anew, which a budget sees as unhealthy for a moment. The machine went
+    away, no drain did it; once they are healthy again, taking one down counts as before."""
+    (node,) = bare.add_nodes(1)
+    kubelet = bare.env.box.kubelet
+    assert kubelet is not None
+    ns = bare.namespace()
+    for name in ("db-0", "db-1"):
+        pod(bare, ns, name, node, labels={"app": "db"})
+    bare.pdb(ns, "db-pdb", min_available=2, labels={"app": "db"})
+
+    def budget_counts() -> bool:
+        status = bare.env.policy.read_namespaced_pod_disruption_budget("db-pdb", ns).status
+        return bool(status and status.expected_pods == 2 and status.current_healthy == 2)
+
+    wait_for(budget_counts, what="the budget counts both pods healthy")
+    kubelet.remove_nodes([node])
+    kubelet.add_nodes([node], labels=bare.labels)
+    wait_for(lambda: bare.node_ready(node), what="the node registered anew")
+    wait_for(budget_counts, what="both pods healthy again on the new machine")
+    report = bare.invariants.collect(end_state=False)
+    assert report.violations == (), report.text()
+    bare.core.delete_namespaced_pod("db-0", ns, grace_period_seconds=0)
+
+    report = bare.invariants.collect(end_state=False)
+    assert report.kinds() == {PDB}, report.text()
+    assert f"{ns}/db-0 on {node} " in report.violations[0].message, report.text()
+
+
 def test_the_checker_cannot_pass_without_having_seen_the_nodes(bare: World) -> None:
     (node,) = bare.add_nodes(1)
     report = bare.invariants.collect()

@@ -30,24 +30,29 @@ class BatchWatcher:
         self.key = f"bridge.nodewright.io/batch-{cr}"
         self.nodes = nodes
         self.seen: dict[str, tuple[str, int]] = {}
-        self.peak_running: dict[str, int] = defaultdict(int)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(0.1):
-            for item in self.world.core.list_node(
-                label_selector=f"e2e.nodewright.io/test={self.world.id}"
-            ).items:
-                text = (item.metadata.annotations or {}).get(self.key)
-                if text and item.metadata.name not in self.seen:
-                    record = json.loads(text)
-                    self.seen[item.metadata.name] = (record["compartment"], record["batch"])
+            self._poll()
+
+    def _poll(self) -> None:
+        for item in self.world.core.list_node(
+            label_selector=f"e2e.nodewright.io/test={self.world.id}"
+        ).items:
+            text = (item.metadata.annotations or {}).get(self.key)
+            if text and item.metadata.name not in self.seen:
+                record = json.loads(text)
+                self.seen[item.metadata.name] = (record["compartment"], record["batch"])
 
     def stop(self) -> dict[str, list[list[str]]]:
+        """The batches seen, with one last look: a batch whose pods carried its start writes
+        its records with the result, so the last batch's may land just before ``complete``."""
         self._stop.set()
         self._thread.join(5)
+        self._poll()
         batches: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
         for node, (compartment, batch) in self.seen.items():
             batches[compartment][batch].append(node)
