@@ -10,7 +10,7 @@ does not fail them for the violations they make; they call ``collect`` themselve
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -74,6 +74,21 @@ def reboot(world: World, node: str) -> None:
     kubelet.reboot(node)
     wait_for(lambda: world.boot_id(node) != before, what=f"{node} rebooted")
     wait_for(lambda: world.node_ready(node), what=f"{node} Ready again")
+
+
+def db_pods_with_budget(world: World, ns: str, node: str) -> Callable[[], bool]:
+    """Pods db-0 and db-1 on ``node`` under PDB db-pdb (minAvailable 2), once the budget counts
+    both healthy; returns that check."""
+    for name in ("db-0", "db-1"):
+        pod(world, ns, name, node, labels={"app": "db"})
+    world.pdb(ns, "db-pdb", min_available=2, labels={"app": "db"})
+
+    def budget_counts() -> bool:
+        status = world.env.policy.read_namespaced_pod_disruption_budget("db-pdb", ns).status
+        return bool(status and status.expected_pods == 2 and status.current_healthy == 2)
+
+    wait_for(budget_counts, what="the budget counts both pods healthy")
+    return budget_counts
 
 
 def patch(world: World, node: str, body: dict[str, Any]) -> None:
@@ -184,15 +199,7 @@ def test_a_node_deleted_and_registered_again_is_a_new_machine(bare: World) -> No
     ns = bare.namespace()
     patch(bare, node, {"spec": {"unschedulable": True}})  # a human's cordon on the old machine
     reboot(bare, node)
-    for name in ("db-0", "db-1"):
-        pod(bare, ns, name, node, labels={"app": "db"})
-    bare.pdb(ns, "db-pdb", min_available=2, labels={"app": "db"})
-
-    def budget_counts() -> bool:
-        status = bare.env.policy.read_namespaced_pod_disruption_budget("db-pdb", ns).status
-        return bool(status and status.expected_pods == 2 and status.current_healthy == 2)
-
-    wait_for(budget_counts, what="the budget counts both pods healthy")
+    db_pods_with_budget(bare, ns, node)
     kubelet.remove_nodes([node])
     # Its pods go with it (as pod garbage collection would delete them): no drain's doing.
     for name in ("db-0", "db-1"):
@@ -307,15 +314,7 @@ def test_a_hold_left_at_the_end_is_reported_unless_the_test_expects_it(bare: Wor
 def test_a_pod_disruption_budget_broken_is_reported(bare: World) -> None:
     (node,) = bare.add_nodes(1)
     ns = bare.namespace()
-    for name in ("db-0", "db-1"):
-        pod(bare, ns, name, node, labels={"app": "db"})
-    bare.pdb(ns, "db-pdb", min_available=2, labels={"app": "db"})
-
-    def budget_counts() -> bool:
-        status = bare.env.policy.read_namespaced_pod_disruption_budget("db-pdb", ns).status
-        return bool(status and status.expected_pods == 2 and status.current_healthy == 2)
-
-    wait_for(budget_counts, what="the budget counts both pods healthy")
+    db_pods_with_budget(bare, ns, node)
     report = bare.invariants.collect(end_state=False)
     assert report.violations == (), report.text()
     bare.core.delete_namespaced_pod("db-0", ns, grace_period_seconds=0)
@@ -336,15 +335,7 @@ def test_pods_a_deleted_node_left_behind_restarting_is_no_drains_doing(bare: Wor
     kubelet = bare.env.box.kubelet
     assert kubelet is not None
     ns = bare.namespace()
-    for name in ("db-0", "db-1"):
-        pod(bare, ns, name, node, labels={"app": "db"})
-    bare.pdb(ns, "db-pdb", min_available=2, labels={"app": "db"})
-
-    def budget_counts() -> bool:
-        status = bare.env.policy.read_namespaced_pod_disruption_budget("db-pdb", ns).status
-        return bool(status and status.expected_pods == 2 and status.current_healthy == 2)
-
-    wait_for(budget_counts, what="the budget counts both pods healthy")
+    budget_counts = db_pods_with_budget(bare, ns, node)
     kubelet.remove_nodes([node])
     kubelet.add_nodes([node], labels=bare.labels)
     wait_for(lambda: bare.node_ready(node), what="the node registered anew")
