@@ -44,7 +44,7 @@ lint: venv
 ## test: everything CI runs (lint + collection sanity + unit + integration + e2e); a skipped
 # test fails it (tests/support/tier_guard.py)
 test: lint collection kubelet-tier
-	NWB_REQUIRE_ALL_TIERS=1 $(BIN)/pytest -q
+	NWB_REQUIRE_ALL_TIERS=1 $(BIN)/pytest -q --durations=25
 
 COLLECTION := collections/ansible_collections/nodewright/bridge
 ## collection: ansible-test sanity (no ignore entries) and the Galaxy artifact in dist/
