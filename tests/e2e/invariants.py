@@ -117,6 +117,7 @@ class Report:
     gaps: tuple[str, ...]  # relists after a broken stream; what happened in between is unseen
     waited: float = 0.0  # seconds the end-state check waited for a release in flight
     context: tuple[str, ...] = ()  # what the test said happened (``Invariants.add_context``)
+    notes: tuple[str, ...] = ()  # what the checker saw that is no violation (``Replay.notes``)
 
     def kinds(self) -> set[str]:
         return {v.kind for v in self.violations}
@@ -131,6 +132,8 @@ class Report:
         )
         if self.context:
             lines += ["context:", *self.context]
+        if self.notes:
+            lines += ["seen, not counted:", *self.notes]
         return "\n".join(lines)
 
 
@@ -485,6 +488,13 @@ class Replay:
         # their status turning unhealthy (the node registered again restarts them) is no
         # drain's doing, until they are healthy again. A delete of one still counts.
         self.lost: set[str] = set()
+        # Per pod: the bootID of its node when it was last healthy, and its last few states
+        # (what a violation or a note shows).
+        self.healthy_on_boot: dict[str, str] = {}
+        self.pod_history: dict[str, list[str]] = {}
+        # Pods that turned unhealthy by themselves (no delete, no reboot of their node): no
+        # disruption of ours, but worth showing when something else failed.
+        self.notes: list[str] = []
         self.crs: dict[str, CrFacts] = {}
         self.history: dict[str, NodeHistory] = {}
         self.violations: list[Violation] = []
@@ -596,6 +606,7 @@ class Replay:
                     f"interrupt pod {running.key} Running",
                     [running],
                 )
+        self._remember(c, pod)
         restarted = pod is not None and not pod.deleting and c.key in self.lost
         lost = before is not None and (
             restarted or (self.tracked(before.node) and before.node not in self.nodes)
@@ -607,10 +618,36 @@ class Replay:
             and before.healthy
             and not (pod is not None and pod.healthy)
             and not lost  # its node was deleted: no drain's doing
+            and not self._by_itself(c, before, pod)
         ):
             for key, pdb in list(self.pdbs.items()):
                 if pdb.namespace == before.namespace:
                     self._disrupted(key, pdb, before, c)
+
+    def _remember(self, c: Change, pod: PodFacts | None) -> None:
+        history = self.pod_history.setdefault(c.key, [])
+        state = "deleted" if pod is None else pod.describe().split(" ", 1)[1]
+        ready = "" if pod is None or pod.phase != "Running" else (" ready" if pod.ready else "")
+        history.append(f"rv {c.revision} {_clock(c.at)} {state}{ready}")
+        del history[:-6]
+        node = self.nodes.get(pod.node) if pod is not None else None
+        if pod is not None and pod.healthy and node is not None:
+            self.healthy_on_boot[c.key] = node.boot_id
+
+    def _by_itself(self, c: Change, before: PodFacts, pod: PodFacts | None) -> bool:
+        """``before`` (healthy) turned unhealthy while still there, not being deleted, and its
+        node did not reboot since: no drain, eviction or interrupt of ours did that (a reboot
+        turns pods unready, which counts; so does any delete)."""
+        if pod is None or pod.deleting:
+            return False
+        node = self.nodes.get(pod.node)
+        if node is None or self.healthy_on_boot.get(c.key, node.boot_id) != node.boot_id:
+            return False
+        self.notes.append(
+            f"{pod.key} on {pod.node} turned unhealthy by itself (no delete, no reboot): "
+            + "; ".join(self.pod_history.get(c.key, ()))
+        )
+        return True
 
     def _rebooted(
         self,
@@ -728,7 +765,8 @@ class Replay:
             f"{pdb.namespace}/{pdb.name}",
             c,
             f"{gone.key} on {gone.node or '-'} {how}: {len(healthy)} healthy < minAvailable "
-            f"{pdb.min_available} (expected pods {pdb.expected})",
+            f"{pdb.min_available} (expected pods {pdb.expected}); its last states: "
+            + "; ".join(self.pod_history.get(c.key, ())),
         )
 
     # -- after the last change
@@ -903,7 +941,7 @@ class Invariants:
             changes, gaps = len(self.changes), tuple(self.gaps)
         observed = {n: replay.history.get(n, NodeHistory()).revisions for n in self.nodes}
         context = tuple(self._context)
-        return Report(tuple(found), changes, observed, gaps, waited, context)
+        return Report(tuple(found), changes, observed, gaps, waited, context, tuple(replay.notes))
 
     def verify(self, *, end_state: bool = True) -> Report:
         report = self.collect(end_state=end_state)

@@ -327,6 +327,32 @@ def test_a_pod_disruption_budget_broken_is_reported(bare: World) -> None:
     assert "1 healthy < minAvailable 2" in seen.message, report.text()
 
 
+def test_a_reboot_under_budgeted_pods_breaks_the_budget_and_a_pod_failing_alone_does_not(
+    bare: World,
+) -> None:
+    """Pods turned unready by a reboot of their node count against their budget (an interrupt
+    did that); a pod whose readiness fails by itself is no disruption of ours, only a note."""
+    (node,) = bare.add_nodes(1)
+    ns = bare.namespace()
+    budget_counts = db_pods_with_budget(bare, ns, node)
+    failing = {"conditions": [{"type": "Ready", "status": "False", "reason": "ProbeFailed"}]}
+    bare.core.patch_namespaced_pod_status("db-0", ns, {"status": failing})
+    report = bare.invariants.collect(end_state=False)
+    assert report.violations == (), report.text()
+    assert any(f"{ns}/db-0 on {node} turned unhealthy by itself" in n for n in report.notes), (
+        report.text()
+    )
+    bare.core.patch_namespaced_pod_status(
+        "db-0", ns, {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    )
+    wait_for(budget_counts, what="db-0 ready again")
+    reboot(bare, node)
+
+    report = bare.invariants.collect(end_state=False)
+    assert PDB in report.kinds(), report.text()
+    assert any(f"{ns}/db-" in v.message for v in report.violations if v.kind == PDB)
+
+
 def test_pods_a_deleted_node_left_behind_restarting_is_no_drains_doing(bare: World) -> None:
     """A Node deleted under its pods (no pod garbage collection here) and registered again: its
     kubelet starts the pods anew, which a budget sees as unhealthy for a moment. The machine went
