@@ -365,6 +365,14 @@ def test_pods_a_deleted_node_left_behind_restarting_is_no_drains_doing(bare: Wor
     kubelet.remove_nodes([node])
     kubelet.add_nodes([node], labels=bare.labels)
     wait_for(lambda: bare.node_ready(node), what="the node registered anew")
+
+    def restarted() -> bool:
+        pods = bare.core.list_namespaced_pod(ns).items
+        return len(pods) == 2 and all(
+            any(c.restart_count for c in p.status.container_statuses or ()) for p in pods
+        )
+
+    wait_for(restarted, what="both pods' containers started again on the new machine")
     wait_for(budget_counts, what="both pods healthy again on the new machine")
     report = bare.invariants.collect(end_state=False)
     assert report.violations == (), report.text()
