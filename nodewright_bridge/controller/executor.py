@@ -159,10 +159,6 @@ class Executor:
         """True while bookkeeping handed to the background for ``node`` is not written yet."""
         return self._finishing.busy(node)
 
-    def finished(self, timeout: float) -> bool:
-        """Wait for the background bookkeeping: True if all of it landed (``Finishing.settle``)."""
-        return self._finishing.settle(timeout)
-
     def wait_for_finishing(self, timeout: float) -> bool:
         """Wait until the background bookkeeping is written; False if ``timeout`` passed first."""
         return self._finishing.wait_idle(timeout)

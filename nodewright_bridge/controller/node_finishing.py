@@ -1,4 +1,4 @@
-"""Recording ended pods in the background, so no pass waits for those Node writes.
+"""Recording ended pods in the background while the next batch is still to come.
 
 Why: while a batch ends, each pass records the pods that ended since the pass before: one Node
 write each (the pod's result, the status label and the batch record a pod carried,
@@ -17,8 +17,8 @@ Why it is safe:
 - A process that dies loses nothing: a node's pod deletes come after its Node write, and a new
   leader plans the node again from its pods.
 - The senders yield to foreground work (pod starts), so they never slow down a batch start.
-- "Complete" waits for them: a pass that would say the rollout is complete first waits until
-  every handed-over write has landed, and if one failed says nothing yet (``settle``).
+Only work that only records (``node_writes.may_finish``), and only while a batch start is still
+to come: once the rollout is done, every record lands before the status says so.
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ class Finishing:
         self._foreground = foreground
         self._swap_status = swap_status
         self._busy: Counter[str] = Counter()
-        self._failed = 0  # writes that failed since the last ``settle``
         self._idle = threading.Condition()
         self._pool = ThreadPoolExecutor(
             max_workers=FINISH_CONCURRENCY, thread_name_prefix="node-finish"
@@ -81,14 +80,6 @@ class Finishing:
         with self._idle:
             return self._idle.wait_for(lambda: not self._busy, timeout=timeout)
 
-    def settle(self, timeout: float) -> bool:
-        """Wait until everything handed over is written: False if ``timeout`` passed first or a
-        write failed since the last call (its node is planned again: say done after that)."""
-        with self._idle:
-            idle = self._idle.wait_for(lambda: not self._busy, timeout=timeout)
-            failed, self._failed = self._failed, 0
-        return idle and not failed
-
     def _run(self, cr: NodeWright, work: NodeWork, swapped: bool, before: Status | None) -> None:
         node = work.node.name
         share = Outcome()
@@ -105,7 +96,6 @@ class Finishing:
             if failed and swapped:
                 self._swap_status(cr.metadata.name, node, before)
             with self._idle:
-                self._failed += failed
                 self._busy[node] -= 1
                 if self._busy[node] <= 0:
                     del self._busy[node]

@@ -18,9 +18,9 @@ API round trip the next batch may wait for.
 - Bookkeeping (nodes that start no pod and take no batch record) is written at most
   :data:`BOOKKEEPING_PER_PASS` nodes per pass; the rest is left to the next pass (requeued at
   once), so no pass over thousands of nodes holds up the one that starts the next batch.
-  Work that only records (:func:`may_finish`: ended pods' results, with the batch records their
-  pods carried) is not written by the pass at all but handed to background senders
-  (``node_finishing``).
+  While a batch start is still to come, work that only records (:func:`may_finish`: ended pods'
+  results, with the batch records their pods carried) is not written by the pass at all but
+  handed to background senders (``node_finishing``).
 """
 
 from __future__ import annotations
@@ -253,7 +253,8 @@ _RECORDS = (actions.PatchNodeState, actions.SetNodeStatus)
 
 def may_finish(work: NodeWork) -> bool:
     """Work that only records (a result, a status, a batch record a pod carried, a release):
-    what a pass hands to the background (``node_finishing``)."""
+    what a pass may hand to the background while a batch start is still to come
+    (``node_finishing``)."""
     if not any(isinstance(a, _RECORDS) for a in work.actions):
         return False
     if not all(isinstance(a, _RECORDING) for a in work.actions):
@@ -330,12 +331,13 @@ class NodeWrites:
 
     def _submit_held(self) -> None:
         held = self._held
-        finishing = [w for w in held if may_finish(w)]
-        if finishing:
-            for work in finishing:
-                self._executor.finish_soon(self._cr, work)
-            self._outcome.soon(FINISH_RETRY_SECONDS)
-            held = [w for w in held if not may_finish(w)]
+        if self._defer:
+            finishing = [w for w in held if may_finish(w)]
+            if finishing:
+                for work in finishing:
+                    self._executor.finish_soon(self._cr, work)
+                self._outcome.soon(FINISH_RETRY_SECONDS)
+                held = [w for w in held if not may_finish(w)]
         bookkeeping = [w for w in held if is_bookkeeping(w)]
         if self._defer and len(bookkeeping) > BOOKKEEPING_PER_PASS:
             deferred = {id(w) for w in bookkeeping[BOOKKEEPING_PER_PASS:]}

@@ -83,9 +83,6 @@ POLL_SECONDS = 15.0
 # Never requeue faster than this for a deadline: deadlines are seconds apart at best.
 MIN_REQUEUE_SECONDS = 0.5
 STALE_RETRY_SECONDS = 0.5
-# Longest a pass that would say complete waits for the results still written in the background
-# (``node_finishing``; they take well under a second unless the API server struggles).
-FINISH_WAIT_SECONDS = 30.0
 # A node no longer targeted is released once our pods on it have ended; look again this often.
 RELEASE_RETRY_SECONDS = 2.0
 DELETION_BLOCKED = "DeletionBlocked"
@@ -355,10 +352,6 @@ class NodeWrightReconciler:
                 drifted=drifted,
             )
         )
-        if status.status is Status.COMPLETE and not self.executor.finished(FINISH_WAIT_SECONDS):
-            # A result written in the background failed: its node is planned again first.
-            outcome.soon(STALE_RETRY_SECONDS)
-            return old
         self._announce_deletion_blocked(name, cr, old, status)
         if status.status is Status.COMPLETE and old.status is not Status.COMPLETE:
             note = status.complete_nodes + " nodes"
