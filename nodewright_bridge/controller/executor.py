@@ -37,7 +37,6 @@ from lifecycle.status import Status
 from nodewright_bridge.clock import Clock
 from nodewright_bridge.controller import snapshot
 from nodewright_bridge.controller.evicting import Evictions
-from nodewright_bridge.controller.node_finishing import Finishing
 from nodewright_bridge.controller.node_writes import (
     NodeConflictError,
     NodePatcher,
@@ -104,7 +103,6 @@ class Executor:
         self._evictions = Evictions(rest, writer, metrics)
         self._written_statuses: dict[tuple[str, str], Status] = {}
         self._written_lock = threading.Lock()
-        self._finishing = Finishing(self.apply_work, self.foreground, self._swap_status)
 
     # -- events ------------------------------------------------------------------------------
 
@@ -150,18 +148,6 @@ class Executor:
     def wait_for_deletes(self, timeout: float) -> bool:
         """Wait until the background pod deletes are sent; False if ``timeout`` passed first."""
         return self._deletes.wait_idle(timeout)
-
-    def finish_soon(self, cr: NodeWright, work: NodeWork) -> None:
-        """Write ``work`` (bookkeeping) in the background (``node_finishing``)."""
-        self._finishing.submit(cr, work)
-
-    def finishing(self, node: str) -> bool:
-        """True while bookkeeping handed to the background for ``node`` is not written yet."""
-        return self._finishing.busy(node)
-
-    def wait_for_finishing(self, timeout: float) -> bool:
-        """Wait until the background bookkeeping is written; False if ``timeout`` passed first."""
-        return self._finishing.wait_idle(timeout)
 
     def write_annotations(self, node: str, annotations: Mapping[str, str | None]) -> None:
         """An unconditional annotation write (a batch record that must land on its own)."""
@@ -292,15 +278,6 @@ class Executor:
     def _remember_status(self, cr_name: str, node: str, status: Status) -> None:
         with self._written_lock:
             self._written_statuses[(cr_name, node)] = status
-
-    def _swap_status(self, cr_name: str, node: str, status: Status | None) -> Status | None:
-        """Remember ``status`` (None: nothing) as written; returns what was remembered."""
-        with self._written_lock:
-            if status is None:
-                return self._written_statuses.pop((cr_name, node), None)
-            before = self._written_statuses.get((cr_name, node))
-            self._written_statuses[(cr_name, node)] = status
-            return before
 
     def written_status(self, cr_name: str, node: str) -> Status | None:
         """The node status this process last wrote for ``cr_name`` on ``node`` (a node whose

@@ -18,9 +18,6 @@ API round trip the next batch may wait for.
 - Bookkeeping (nodes that start no pod and take no batch record) is written at most
   :data:`BOOKKEEPING_PER_PASS` nodes per pass; the rest is left to the next pass (requeued at
   once), so no pass over thousands of nodes holds up the one that starts the next batch.
-  While a batch start is still to come, work that only records (:func:`may_finish`: ended pods'
-  results, with the batch records their pods carried) is not written by the pass at all but
-  handed to background senders (``node_finishing``).
 """
 
 from __future__ import annotations
@@ -55,9 +52,6 @@ NODE_CONCURRENCY = 16
 BOOKKEEPING_PER_PASS = 64
 # When bookkeeping was left for the next pass, that pass comes this soon.
 DEFERRED_RETRY_SECONDS = 0.2
-# When bookkeeping was handed to the background, the next pass comes this soon (at the latest:
-# the writes' watch events bring it sooner; one that failed is planned again by it).
-FINISH_RETRY_SECONDS = 1.0
 
 
 @dataclass(slots=True)
@@ -189,8 +183,6 @@ class NodeWork:
         events: Posted after the actions (whatever became of them).
         pod_annotations: What a package pod that carries its start also carries (the batch
             record instead of ``annotations``; ``lifecycle.pod_records``).
-        record_carried: ``annotations`` is the batch record a pod carried, written with the
-            node's next state write (the node is no new pick).
     """
 
     node: snapshot.NodeSnapshot
@@ -198,7 +190,6 @@ class NodeWork:
     annotations: Mapping[str, str | None] = field(default_factory=dict)
     events: Sequence[EventNote] = ()
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
-    record_carried: bool = False
 
 
 class WorkApplier(Protocol):
@@ -219,8 +210,6 @@ class WorkApplier(Protocol):
 
     def write_annotations(self, node: str, annotations: Mapping[str, str | None]) -> None: ...
 
-    def finish_soon(self, cr: NodeWright, work: NodeWork) -> None: ...
-
 
 _STARTS_PODS = (actions.CreatePackagePod, actions.CreateInterruptPod)
 # Actions a pass only hands to background senders (or that send nothing).
@@ -237,29 +226,6 @@ def is_bookkeeping(work: NodeWork) -> bool:
     if any(value is not None for value in work.annotations.values()):
         return False
     return bool(work.annotations) or any(not isinstance(a, _FREE) for a in work.actions)
-
-
-# What a work may do to be written in the background: Node bookkeeping, and what comes after it.
-_RECORDING = (
-    actions.PatchNodeState,
-    actions.SetNodeStatus,
-    actions.SetAnnotations,
-    actions.SetLabels,
-    actions.DeletePod,
-    actions.EmitEvent,
-)
-_RECORDS = (actions.PatchNodeState, actions.SetNodeStatus)
-
-
-def may_finish(work: NodeWork) -> bool:
-    """Work that only records (a result, a status, a batch record a pod carried, a release):
-    what a pass may hand to the background while a batch start is still to come
-    (``node_finishing``)."""
-    if not any(isinstance(a, _RECORDS) for a in work.actions):
-        return False
-    if not all(isinstance(a, _RECORDING) for a in work.actions):
-        return False
-    return work.record_carried or all(v is None for v in work.annotations.values())
 
 
 class NodeWrites:
@@ -331,13 +297,6 @@ class NodeWrites:
 
     def _submit_held(self) -> None:
         held = self._held
-        if self._defer:
-            finishing = [w for w in held if may_finish(w)]
-            if finishing:
-                for work in finishing:
-                    self._executor.finish_soon(self._cr, work)
-                self._outcome.soon(FINISH_RETRY_SECONDS)
-                held = [w for w in held if not may_finish(w)]
         bookkeeping = [w for w in held if is_bookkeeping(w)]
         if self._defer and len(bookkeeping) > BOOKKEEPING_PER_PASS:
             deferred = {id(w) for w in bookkeeping[BOOKKEEPING_PER_PASS:]}

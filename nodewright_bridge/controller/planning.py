@@ -510,15 +510,13 @@ def node_works(
                 notes.append(EventNote("NodeWright", name, "PackageFailed", why, warning=True))
         if node_actions or notes or node in passed.records:
             results.works += 1
-            planned = passed.records.get(node, {})
-            record, carried = _record_writes(cr, snap, node_actions, planned)
+            record, carried = _record_writes(cr, snap, node_actions, passed.records.get(node, {}))
             yield NodeWork(
                 node=snap,
                 actions=node_actions,
                 annotations=record,
                 events=notes,
                 pod_annotations=carried,
-                record_carried=bool(record) and not planned,
             )
 
 

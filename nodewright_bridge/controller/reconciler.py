@@ -165,8 +165,6 @@ class NodeWrightReconciler:
             written = self._written.get(name, -1)
         if written >= 0 and _rv_int(str(meta.get("resourceVersion", ""))) < written:
             return True
-        if self.executor.finishing(name):
-            return True
         return self.executor.awaiting_pods(name, self._stores.package_pods.__contains__)
 
     def _parse(self, obj: Mapping[str, Any]) -> NodeWright | snapshot.InvalidCR:

@@ -11,12 +11,7 @@ from lifecycle import actions
 from lifecycle.spec import NodeWright
 from lifecycle.status import Status
 from nodewright_bridge.controller import snapshot
-from nodewright_bridge.controller.node_writes import (
-    NodeWork,
-    is_bookkeeping,
-    may_finish,
-    merge_patch_into,
-)
+from nodewright_bridge.controller.node_writes import NodeWork, is_bookkeeping, merge_patch_into
 from nodewright_bridge.k8s.slimming import slim_node
 from nodewright_bridge.runtime.manager import same_but_version
 
@@ -68,11 +63,7 @@ def test_a_label_change_is_a_change() -> None:
     assert not same_but_version({"metadata": {}}, {"metadata": {}, "spec": {}})
 
 
-def _work(
-    *acts: actions.Action,
-    annotations: dict[str, str | None] | None = None,
-    record_carried: bool = False,
-) -> NodeWork:
+def _work(*acts: actions.Action, annotations: dict[str, str | None] | None = None) -> NodeWork:
     cr = NodeWright.model_validate(
         {
             "metadata": {"name": "t"},
@@ -82,9 +73,7 @@ def _work(
     stores = empty_stores()
     node = {"metadata": {"name": "n1", "resourceVersion": "1"}}
     snap = snapshot.snapshot_node(cr, node, stores, snapshot.PdbIndex())
-    return NodeWork(
-        node=snap, actions=acts, annotations=annotations or {}, record_carried=record_carried
-    )
+    return NodeWork(node=snap, actions=acts, annotations=annotations or {})
 
 
 def test_only_node_writes_wait_for_the_next_pass_starts_records_and_queued_deletes_never_do() -> (
@@ -109,16 +98,3 @@ def test_only_node_writes_wait_for_the_next_pass_starts_records_and_queued_delet
     assert not is_bookkeeping(_work(delete))  # only queues a background delete: costs nothing
     assert not is_bookkeeping(_work(status, start))  # starts a pod: the rollout's critical path
     assert not is_bookkeeping(_work(status, annotations={"batch": "{}"}))  # takes a batch record
-
-
-def test_only_work_that_only_records_may_be_written_in_the_background() -> None:
-    status = actions.SetNodeStatus(node="n1", cr="t", status=Status.COMPLETE)
-    delete = actions.DeletePod(name="p", node="n1", reason="succeeded")
-    cordon = actions.Cordon(node="n1", holder="t", was_unschedulable=False)
-    record = {"batch": "{}"}
-    assert may_finish(_work(status, delete))  # a result, then its pod's delete
-    assert may_finish(_work(status, annotations=record, record_carried=True))  # a pod carried it
-    assert may_finish(_work(status, annotations={"batch": None}))  # a release
-    assert not may_finish(_work(status, annotations=record))  # a pick into a batch
-    assert not may_finish(_work(cordon, status))  # acts on the node
-    assert not may_finish(_work(delete))  # nothing to write: the pass sends it for free
