@@ -618,7 +618,7 @@ class Replay:
             and before.healthy
             and not (pod is not None and pod.healthy)
             and not lost  # its node was deleted: no drain's doing
-            and not self._by_itself(c, before, pod)
+            and not self._by_itself(c, pod)
         ):
             for key, pdb in list(self.pdbs.items()):
                 if pdb.namespace == before.namespace:
@@ -626,16 +626,18 @@ class Replay:
 
     def _remember(self, c: Change, pod: PodFacts | None) -> None:
         history = self.pod_history.setdefault(c.key, [])
-        state = "deleted" if pod is None else pod.describe().split(" ", 1)[1]
-        ready = "" if pod is None or pod.phase != "Running" else (" ready" if pod.ready else "")
-        history.append(f"rv {c.revision} {_clock(c.at)} {state}{ready}")
+        state = "deleted"
+        if pod is not None:
+            flags = (" ready" if pod.ready else "") + (" deleting" if pod.deleting else "")
+            state = pod.phase + flags
+        history.append(f"rv {c.revision} {_clock(c.at)} {state}")
         del history[:-6]
         node = self.nodes.get(pod.node) if pod is not None else None
         if pod is not None and pod.healthy and node is not None:
             self.healthy_on_boot[c.key] = node.boot_id
 
-    def _by_itself(self, c: Change, before: PodFacts, pod: PodFacts | None) -> bool:
-        """``before`` (healthy) turned unhealthy while still there, not being deleted, and its
+    def _by_itself(self, c: Change, pod: PodFacts | None) -> bool:
+        """A healthy pod turned unhealthy (``pod``) while still there, not being deleted, and its
         node did not reboot since: no drain, eviction or interrupt of ours did that (a reboot
         turns pods unready, which counts; so does any delete)."""
         if pod is None or pod.deleting:
