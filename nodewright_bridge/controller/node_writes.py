@@ -192,6 +192,17 @@ class NodeWork:
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class WriteCounts:
+    """What one pass handed to the API (the reconciler's debug log): nodes that start pods, other
+    nodes written, nodes left for the next pass, and lone batch records."""
+
+    starting: int = 0
+    held: int = 0
+    deferred: int = 0
+    others: int = 0
+
+
 class WorkApplier(Protocol):
     """What :class:`NodeWrites` needs of the executor."""
 
@@ -255,6 +266,7 @@ class NodeWrites:
         self._pool: ThreadPoolExecutor | None = None
         self._stack = contextlib.ExitStack()
         self._starting = False
+        self.counts = WriteCounts()
 
     def __enter__(self) -> NodeWrites:
         return self
@@ -265,6 +277,7 @@ class NodeWrites:
         if not starts:
             self._held.append(work)
             return
+        self.counts.starting += 1
         if not self._starting:
             self._starting = True
             self._stack.enter_context(self._executor.foreground.running())
@@ -302,6 +315,9 @@ class NodeWrites:
             deferred = {id(w) for w in bookkeeping[BOOKKEEPING_PER_PASS:]}
             held = [w for w in held if id(w) not in deferred]
             self._outcome.soon(DEFERRED_RETRY_SECONDS)
+            self.counts.deferred = len(deferred)
+        self.counts.held = len(held)
+        self.counts.others = len(self._others)
         for work in held:
             self._submit(work)
         for node, notes in sorted(self._others.items()):

@@ -63,7 +63,7 @@ from nodewright_bridge.controller import (
 )
 from nodewright_bridge.controller.executor import Executor
 from nodewright_bridge.controller.failure_logs import FailureLogs
-from nodewright_bridge.controller.node_writes import NodeWork, Outcome
+from nodewright_bridge.controller.node_writes import NodeWork, Outcome, WriteCounts
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.controller.settled import SettledNodes
 from nodewright_bridge.errors import NotFoundError
@@ -262,7 +262,7 @@ class NodeWrightReconciler:
         passed = planning.plan_pass(
             seen, self._planner, written, checking, check_limit=self._check_concurrency
         )
-        outcome, results, planned = self._apply(seen, passed)
+        outcome, results, planned, counts = self._apply(seen, passed)
         if results.failures:
             self._keep_failure_logs(name, results.failures)
         results.status.update(observing.node_statuses(seen, written.get))
@@ -276,6 +276,9 @@ class NodeWrightReconciler:
                 "nodes": len(results.status),
                 "allowed": len(passed.rollout.allowed),
                 "works": results.works,
+                "starting": counts.starting,
+                "written": counts.held,
+                "deferred": counts.deferred,
                 "planning_seconds": round(planned - started, 3),
                 "seconds": round(self._clock.monotonic() - started, 3),
             },
@@ -293,7 +296,7 @@ class NodeWrightReconciler:
 
     def _apply(
         self, seen: observing.Observation, passed: planning.PassPlan
-    ) -> tuple[Outcome, planning.NodeResults, float]:
+    ) -> tuple[Outcome, planning.NodeResults, float, WriteCounts]:
         """Step 3: batch states, then every node's work (planned while written), releases."""
         cr = seen.cr
         outcome = Outcome()
@@ -316,7 +319,7 @@ class NodeWrightReconciler:
                 record = passed.records.get(node, {})
                 writes.add(NodeWork(node=seen.snaps[node], actions=taint, annotations=record))
         self.executor.apply_outside(cr.metadata.name, passed.outside)
-        return outcome, results, planned
+        return outcome, results, planned, writes.counts
 
     def _report(
         self,
