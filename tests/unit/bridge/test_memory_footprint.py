@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nodewright_bridge.controller import snapshot
 from nodewright_bridge.k8s.slimming import shared, slim_node, slim_pod
 from nodewright_bridge.runtime import allocator, memdump
 
@@ -135,3 +136,12 @@ def test_free_pages_inside_the_heap_go_back_after_release_free() -> None:
     assert allocator.release_free() is True
     assert before - _rss_kb() > 8 * 1024
     assert len(blocks) == 256
+
+
+def test_the_pods_of_one_batch_share_the_entry_they_carry() -> None:
+    entry = '{"stage":"apply","state":"in_progress","attempts":1,"resourceId":"r1"}'
+    one, two = (snapshot.parse_entry("".join(list(entry))) for _ in range(2))  # decoded apart
+    assert one is not None and one is two
+    assert one.attempts == 1 and one.resource_id == "r1"
+    assert snapshot.parse_entry('{"stage": 7}') is None  # unreadable: the node does not record it
+    assert snapshot.parse_entry(None) is None
