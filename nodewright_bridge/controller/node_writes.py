@@ -195,12 +195,11 @@ class NodeWork:
 @dataclass(slots=True)
 class WriteCounts:
     """What one pass handed to the API (the reconciler's debug log): nodes that start pods, other
-    nodes written, nodes left for the next pass, and lone batch records."""
+    nodes written, and nodes left for the next pass."""
 
     starting: int = 0
-    held: int = 0
+    written: int = 0
     deferred: int = 0
-    others: int = 0
 
 
 class WorkApplier(Protocol):
@@ -316,8 +315,7 @@ class NodeWrites:
             held = [w for w in held if id(w) not in deferred]
             self._outcome.soon(DEFERRED_RETRY_SECONDS)
             self.counts.deferred = len(deferred)
-        self.counts.held = len(held)
-        self.counts.others = len(self._others)
+        self.counts.written = len(held)
         for work in held:
             self._submit(work)
         for node, notes in sorted(self._others.items()):

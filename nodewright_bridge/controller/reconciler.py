@@ -277,7 +277,7 @@ class NodeWrightReconciler:
                 "allowed": len(passed.rollout.allowed),
                 "works": results.works,
                 "starting": counts.starting,
-                "written": counts.held,
+                "written": counts.written,
                 "deferred": counts.deferred,
                 "planning_seconds": round(planned - started, 3),
                 "seconds": round(self._clock.monotonic() - started, 3),
