@@ -267,6 +267,40 @@ def test_simulated_package_pods_end_as_their_annotations_say(kube: Kube) -> None
     assert (terminated.exit_code, terminated.message) == (3, "boom")
 
 
+def test_the_kubelets_status_diffs_add_up_to_the_whole_status_it_reports(kube: Kube) -> None:
+    """The simulated kubelet patches only what changed (``status_patch``); the stored status
+    must still be exactly the one it computed, with the Running report's fields it left out."""
+    assert kube.sandbox.kubelet is not None
+    namespace = kube.namespace("diff")
+    package = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, "bridge.nodewright.io/package": "demo"}
+    node = next(iter(kube.sandbox.kubelet.nodes))
+    pod = _pod(
+        namespace,
+        "diffed",
+        nodeName=node,
+        restartPolicy="Never",
+        metadata={"labels": package, "annotations": {DURATION_ANNOTATION: "300ms"}},
+    )
+    uid = kube.core.create_namespaced_pod(namespace, pod).metadata.uid
+
+    def stored() -> dict[str, Any]:
+        raw = kube.core.read_namespaced_pod("diffed", namespace, _preload_content=False)
+        return dict(json.loads(raw.data)["status"])
+
+    wait_for(lambda: stored().get("phase") == "Succeeded", what="diffed Succeeded")
+    sent = kube.sandbox.kubelet.pods[uid].sent
+    assert sent is not None and sent["phase"] == "Succeeded"
+    status = stored()
+    # the API server writes an unset lastProbeTime as null; the kubelet leaves it out
+    status["conditions"] = [
+        {k: v for k, v in cond.items() if v is not None} for cond in status["conditions"]
+    ]
+    assert {key: status.get(key) for key in sent} == sent
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "PodCompleted")
+    assert status["hostIP"] and status["podIPs"]  # sent only with the first report
+
+
 def test_a_workload_pod_with_a_grace_period_is_deleted_by_the_kubelet(kube: Kube) -> None:
     namespace = kube.namespace("del")
     kube.core.create_namespaced_pod(

@@ -52,6 +52,7 @@ from nodewright_bridge.sandbox.kubelet.runners import (
     SimulateRunner,
     is_package_pod,
 )
+from nodewright_bridge.sandbox.kubelet.status_patch import status_patch
 from nodewright_bridge.sandbox.kubelet.volumes import Materializer, expand, mounts_for, pod_dir
 
 log = logging.getLogger(__name__)
@@ -939,14 +940,15 @@ class Kubelet:
 
     def _send_status(self, worker: PodWorker) -> None:
         status = self._status(worker)
-        if status == worker.sent:
+        patch = status_patch(worker.sent, status)
+        if not patch:
             return
         meta = worker.pod["metadata"]
         try:
             self.api.request(
                 "PATCH",
                 f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
-                body={"metadata": {"uid": worker.uid}, "status": status},
+                body={"metadata": {"uid": worker.uid}, "status": patch},
                 content_type=STRATEGIC,
             )
         except ApiError as exc:
