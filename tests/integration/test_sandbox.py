@@ -81,6 +81,15 @@ def _pod(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
     }
 
 
+def _package_pod(
+    namespace: str, name: str, node: str, notes: dict[str, str], **spec: Any
+) -> dict[str, Any]:
+    """A one-shot pod the simulated kubelet runs as a package pod, ending as ``notes`` say."""
+    labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, "bridge.nodewright.io/package": "demo"}
+    metadata = {"labels": labels, "annotations": notes}
+    return _pod(namespace, name, nodeName=node, restartPolicy="Never", metadata=metadata, **spec)
+
+
 def test_the_api_server_serves_a_crd_and_its_objects(kube: Kube) -> None:
     group = f"g{uuid.uuid4().hex[:6]}.sandbox.test"
     crd = {
@@ -233,24 +242,11 @@ def test_a_simulated_reboot_changes_the_boot_id_and_fails_the_running_pods_then_
 
 def test_simulated_package_pods_end_as_their_annotations_say(kube: Kube) -> None:
     namespace = kube.namespace("pkg")
-    package = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, "bridge.nodewright.io/package": "demo"}
     node = next(iter(kube.sandbox.kubelet.nodes)) if kube.sandbox.kubelet else ""
-    ok = _pod(
-        namespace,
-        "ok",
-        nodeName=node,
-        restartPolicy="Never",
-        metadata={"labels": package, "annotations": {DURATION_ANNOTATION: "200ms"}},
-    )
+    ok = _package_pod(namespace, "ok", node, {DURATION_ANNOTATION: "200ms"})
     bad_notes = {DURATION_ANNOTATION: "0s", EXIT_CODE_ANNOTATION: "3", MESSAGE_ANNOTATION: "boom"}
-    bad = _pod(
-        namespace,
-        "bad",
-        nodeName=node,
-        restartPolicy="Never",
-        initContainers=[{"name": "first", "image": "registry.invalid/x:1"}],
-        metadata={"labels": package, "annotations": bad_notes},
-    )
+    first = [{"name": "first", "image": "registry.invalid/x:1"}]
+    bad = _package_pod(namespace, "bad", node, bad_notes, initContainers=first)
     kube.core.create_namespaced_pod(namespace, ok)
     kube.core.create_namespaced_pod(namespace, bad)
 
@@ -272,15 +268,8 @@ def test_the_kubelets_status_diffs_add_up_to_the_whole_status_it_reports(kube: K
     must still be exactly the one it computed, with the Running report's fields it left out."""
     assert kube.sandbox.kubelet is not None
     namespace = kube.namespace("diff")
-    package = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, "bridge.nodewright.io/package": "demo"}
     node = next(iter(kube.sandbox.kubelet.nodes))
-    pod = _pod(
-        namespace,
-        "diffed",
-        nodeName=node,
-        restartPolicy="Never",
-        metadata={"labels": package, "annotations": {DURATION_ANNOTATION: "300ms"}},
-    )
+    pod = _package_pod(namespace, "diffed", node, {DURATION_ANNOTATION: "300ms"})
     uid = kube.core.create_namespaced_pod(namespace, pod).metadata.uid
 
     def stored() -> dict[str, Any]:
