@@ -180,6 +180,7 @@ class Executor:
             patcher.flush()
         except NodeConflictError:
             outcome.conflicts += 1
+            outcome.node_patches += 1  # the write that lost the race
             outcome.soon(CONFLICT_RETRY_SECONDS)
             logger.debug("node changed under us; replanning", extra={"node": work.node.name})
             if work.annotations and patcher.writes == 0:
@@ -187,6 +188,8 @@ class Executor:
                 # chose the node); as a write of its own it was unconditional, so it still lands
                 # and the node stays a member of its batch. Its work is planned again.
                 self.write_annotations(work.node.name, work.annotations)
+                outcome.node_patches += 1
+        outcome.node_patches += patcher.writes
         for note in work.events:
             self.event(
                 note.kind,

@@ -63,6 +63,7 @@ class Outcome:
     drain_blockers: dict[str, list[str]] = field(default_factory=dict)  # node -> messages
     evicted: int = 0
     conflicts: int = 0
+    node_patches: int = 0  # Node patches sent, lost races included (pod deletes send none)
 
     def soon(self, seconds: float) -> None:
         if self.requeue_after is None or seconds < self.requeue_after:
@@ -78,6 +79,7 @@ class Outcome:
             self.drain_blockers.setdefault(node, []).extend(lines)
         self.evicted += other.evicted
         self.conflicts += other.conflicts
+        self.node_patches += other.node_patches
 
 
 class NodeConflictError(Exception):
@@ -195,7 +197,8 @@ class NodeWork:
 @dataclass(slots=True)
 class WriteCounts:
     """What one pass handed to the API (the reconciler's debug log): nodes that start pods, other
-    nodes written, and nodes left for the next pass."""
+    nodes' work applied (work that only deletes pods or posts Events included: the Node patches
+    sent are ``Outcome.node_patches``), and nodes left for the next pass."""
 
     starting: int = 0
     written: int = 0
@@ -318,6 +321,7 @@ class NodeWrites:
         self.counts.written = len(held)
         for work in held:
             self._submit(work)
+        self._outcome.node_patches += len(self._others)
         for node, notes in sorted(self._others.items()):
             self._futures.append(
                 self._threads().submit(self._executor.write_annotations, node, notes)

@@ -279,6 +279,7 @@ class NodeWrightReconciler:
                 "starting": counts.starting,
                 "written": counts.written,
                 "deferred": counts.deferred,
+                "node_patches": outcome.node_patches,
                 "planning_seconds": round(planned - started, 3),
                 "seconds": round(self._clock.monotonic() - started, 3),
             },

@@ -116,3 +116,30 @@ def test_a_drain_evicts_the_snapshots_pods_and_names_the_budget_that_refuses() -
     remaining = [p for p in world.api.objects if p.startswith("/api/v1/namespaces/apps/pods/")]
     assert remaining == ["/api/v1/namespaces/apps/pods/db-0"]
     assert NAMESPACE not in remaining[0]
+
+
+def node_patches(world: ControllerWorld) -> int:
+    return sum(1 for m, p in world.api.requests if m == "PATCH" and "/nodes/" in p)
+
+
+def test_the_outcome_counts_the_node_patches_sent_lost_races_included() -> None:
+    world, cr = setup()
+    snap = snap_of(world, cr)
+    before = node_patches(world)
+    started = apply(world, cr, NodeWork(node=snap, actions=start_actions()))
+    assert started.node_patches == node_patches(world) - before == 1
+
+    world.add(resources.NODES, node("n0", {"someone": "else"}))  # written after the snapshot
+    before = node_patches(world)
+    lost = apply(world, cr, NodeWork(node=snap, actions=start_actions()))
+    assert lost.conflicts == 1
+    assert lost.node_patches == node_patches(world) - before == 1
+
+
+def test_work_that_only_deletes_a_pod_sends_no_node_patch() -> None:
+    world, cr = setup()
+    before = node_patches(world)
+    delete = actions.DeletePod(name="tune-n0-gone", node="n0", reason="finished")
+    outcome = apply(world, cr, NodeWork(node=snap_of(world, cr), actions=(delete,)))
+    assert outcome.node_patches == 0
+    assert node_patches(world) == before
