@@ -127,12 +127,15 @@ class Executor:
 
     # -- a pass's node work ------------------------------------------------------------------
 
-    def applying(self, cr: NodeWright, outcome: Outcome, *, defer: bool = True) -> NodeWrites:
+    def applying(
+        self, cr: NodeWright, outcome: Outcome, *, defer: bool = True, hold: bool = True
+    ) -> NodeWrites:
         """Start applying node work for ``cr`` (see :class:`NodeWrites`); use as a context.
 
         ``defer=False``: write all bookkeeping now (``node_writes.BOOKKEEPING_PER_PASS``).
+        ``hold=False``: the pass starts no batch; write every node's work as it is handed over.
         """
-        return NodeWrites(self, cr, outcome, defer=defer)
+        return NodeWrites(self, cr, outcome, defer=defer, hold=hold)
 
     def ensure_config_map_soon(self, cr: NodeWright, package: str) -> Future[None]:
         return self._starts.config_map_soon(cr, package)

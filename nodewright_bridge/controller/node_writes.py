@@ -12,7 +12,7 @@ API round trip the next batch may wait for.
   race (409) skips the node's remaining actions and asks for a prompt requeue.
 - Different nodes are independent: :class:`NodeWrites` runs each node's list on a bounded thread
   pool (:data:`NODE_CONCURRENCY`), one node's actions in order on one thread, a node that starts
-  pods as soon as the pass has planned it.
+  pods as soon as the pass has planned it; in a pass that picks no batch, every node so.
 - The vars ConfigMap of a package is created once per pass, while the first Node writes go out
   (pod creates wait for it).
 - Bookkeeping (nodes that start no pod and take no batch record) is written at most
@@ -246,8 +246,10 @@ class NodeWrites:
 
     A node that starts pods is written the moment :meth:`add` hands it over (a batch's first
     pods start while the planner still works through its last nodes, and the API server, idle
-    while a pass plans, gets the writes sooner); any other work waits until the pass ends, so
-    the nodes on the rollout's critical path go first. Nodes run in parallel on at most
+    while a pass plans, gets the writes sooner). In a pass that starts a batch (``hold``), any
+    other work waits until the pass ends, so the nodes on the rollout's critical path go first;
+    in any other pass the results and records are that path (the next batch waits for them),
+    so they go out as handed over too, bookkeeping up to its cap. Nodes run in parallel on at most
     :data:`NODE_CONCURRENCY` threads, each node's actions in order on one thread. Leaving the
     context writes the held work (bookkeeping capped, see :data:`BOOKKEEPING_PER_PASS`) and the
     batch records of nodes without work, waits for everything, and raises the first error in
@@ -255,11 +257,21 @@ class NodeWrites:
     past failures would); lost write races only requeue (the pass's ``Outcome``).
     """
 
-    def __init__(self, executor: WorkApplier, cr: NodeWright, outcome: Outcome, *, defer: bool):
+    def __init__(
+        self,
+        executor: WorkApplier,
+        cr: NodeWright,
+        outcome: Outcome,
+        *,
+        defer: bool,
+        hold: bool = True,
+    ):
         self._executor = executor
         self._cr = cr
         self._outcome = outcome
         self._defer = defer
+        self._hold = hold
+        self._bookkeeping_sent = 0  # bookkeeping written as handed over (``hold=False``)
         self._held: list[NodeWork] = []
         self._others: dict[str, Mapping[str, str | None]] = {}
         self._config_maps: dict[str, Future[None]] = {}
@@ -274,10 +286,17 @@ class NodeWrites:
         return self
 
     def add(self, work: NodeWork) -> None:
-        """Hand over one node's work: started now if it starts pods, else held until the end."""
+        """Hand over one node's work: started now if it starts pods or nothing is held (see
+        the class docstring), else held until the end."""
         starts = [a for a in work.actions if isinstance(a, _STARTS_PODS)]
         if not starts:
-            self._held.append(work)
+            if self._hold or (self._defer and self._bookkeeping_sent >= BOOKKEEPING_PER_PASS):
+                self._held.append(work)  # an over-cap bookkeeping one is deferred at the end
+                return
+            if is_bookkeeping(work):
+                self._bookkeeping_sent += 1
+            self.counts.written += 1
+            self._submit(work)
             return
         self.counts.starting += 1
         if not self._starting:
@@ -312,13 +331,14 @@ class NodeWrites:
 
     def _submit_held(self) -> None:
         held = self._held
+        room = BOOKKEEPING_PER_PASS - self._bookkeeping_sent
         bookkeeping = [w for w in held if is_bookkeeping(w)]
-        if self._defer and len(bookkeeping) > BOOKKEEPING_PER_PASS:
-            deferred = {id(w) for w in bookkeeping[BOOKKEEPING_PER_PASS:]}
+        if self._defer and len(bookkeeping) > room:
+            deferred = {id(w) for w in bookkeeping[room:]}
             held = [w for w in held if id(w) not in deferred]
             self._outcome.soon(DEFERRED_RETRY_SECONDS)
             self.counts.deferred = len(deferred)
-        self.counts.written = len(held)
+        self.counts.written += len(held)
         for work in held:
             self._submit(work)
         self._outcome.node_patches += len(self._others)

@@ -310,8 +310,12 @@ class NodeWrightReconciler:
         self._write_batch_states(cr, seen.old, passed.rollout)
         self._handled_reset(cr, passed.rollout)
         # Bookkeeping is paced only while a batch start is still to come (``picks_ahead``); so
-        # once the rollout is done, every node's record lands before the status says so.
-        with self.executor.applying(cr, outcome, defer=passed.rollout.picks_ahead) as writes:
+        # once the rollout is done, every node's record lands before the status says so. Only a
+        # pass that picks a batch holds other work behind its pod starts; in the others the
+        # results are what the next batch waits for, so they go out while the pass plans.
+        picks = bool(passed.rollout.records)
+        defer = passed.rollout.picks_ahead
+        with self.executor.applying(cr, outcome, defer=defer, hold=picks) as writes:
             for work in planning.node_works(seen, passed, self._planner, results):
                 writes.add(work)
             planned = self._clock.monotonic()

@@ -1,6 +1,7 @@
 """A pass's node writes on the sandbox API: a node that starts a pod is written while the pass is
-still planning; bookkeeping waits for the pass to end (so the first pods of a batch start before
-its last nodes are planned, and results never get ahead of the starts)."""
+still planning; in a pass that picks a batch (``hold``, the default) bookkeeping waits for the
+pass to end (so the first pods of a batch start before its last nodes are planned, and results
+never get ahead of the starts)."""
 
 from __future__ import annotations
 

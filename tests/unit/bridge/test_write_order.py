@@ -1,0 +1,104 @@
+"""When a pass's node work goes out: a pass that picks a batch holds everything but its pod
+starts until it has planned every node; any other pass writes each node's work as it is handed
+over (the results there are what the next batch waits for), bookkeeping up to its cap."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future
+
+from cache_world import empty_stores
+
+from lifecycle import actions
+from lifecycle.spec import NodeWright
+from lifecycle.status import Status
+from nodewright_bridge.controller import snapshot
+from nodewright_bridge.controller.node_writes import (
+    BOOKKEEPING_PER_PASS,
+    DEFERRED_RETRY_SECONDS,
+    NodeWork,
+    NodeWrites,
+    Outcome,
+)
+from nodewright_bridge.k8s.foreground import Foreground
+
+CR = NodeWright.model_validate(
+    {
+        "metadata": {"name": "t"},
+        "spec": {"packages": {"sysctl": {"version": "1.0.0", "image": "r/p"}}},
+    }
+)
+
+
+class Applier:
+    """The executor's side of :class:`NodeWrites`: records the nodes whose work was applied."""
+
+    def __init__(self) -> None:
+        self.foreground = Foreground()
+        self.applied: list[str] = []
+        self.first = threading.Event()
+        self._lock = threading.Lock()
+
+    def ensure_config_map_soon(self, cr: NodeWright, package: str) -> Future[None]:
+        done: Future[None] = Future()
+        done.set_result(None)
+        return done
+
+    def apply_work(
+        self,
+        cr: NodeWright,
+        work: NodeWork,
+        outcome: Outcome,
+        config_maps: Mapping[str, Future[None]],
+    ) -> None:
+        with self._lock:
+            self.applied.append(work.node.name)
+        self.first.set()
+
+    def write_annotations(self, node: str, annotations: Mapping[str, str | None]) -> None:
+        raise AssertionError("no record of a node without work in these tests")
+
+
+def work(name: str, *acts: actions.Action) -> NodeWork:
+    raw = {"metadata": {"name": name, "resourceVersion": "1"}}
+    snap = snapshot.snapshot_node(CR, raw, empty_stores(), snapshot.PdbIndex())
+    return NodeWork(node=snap, actions=acts)
+
+
+def result(name: str) -> NodeWork:
+    """A node's bookkeeping: a Node write that starts no pod and takes no batch record."""
+    return work(name, actions.SetNodeStatus(node=name, cr="t", status=Status.COMPLETE))
+
+
+def test_a_pass_that_picks_no_batch_writes_each_nodes_work_as_it_is_handed_over() -> None:
+    applier = Applier()
+    with NodeWrites(applier, CR, Outcome(), defer=True, hold=False) as writes:
+        writes.add(result("n1"))
+        assert applier.first.wait(10), "the result waited for the pass to end"
+        assert applier.applied == ["n1"]
+    assert writes.counts.written == 1
+
+
+def test_a_pass_that_picks_a_batch_holds_other_work_until_it_has_planned_every_node() -> None:
+    applier = Applier()
+    with NodeWrites(applier, CR, Outcome(), defer=True, hold=True) as writes:
+        writes.add(result("n1"))
+        assert applier.applied == [], "bookkeeping went ahead of the batch's pod starts"
+    assert applier.applied == ["n1"]
+    assert writes.counts.written == 1
+
+
+def test_bookkeeping_over_the_cap_waits_for_the_next_pass_and_other_work_does_not() -> None:
+    applier, outcome = Applier(), Outcome()
+    over = 5
+    names = [f"n{i}" for i in range(BOOKKEEPING_PER_PASS + over)]
+    delete_only = work("gone", actions.DeletePod(name="p", node="gone", reason="succeeded"))
+    with NodeWrites(applier, CR, outcome, defer=True, hold=False) as writes:
+        for name in names:
+            writes.add(result(name))
+        writes.add(delete_only)
+    assert sorted(applier.applied) == sorted([*names[:BOOKKEEPING_PER_PASS], "gone"])
+    assert writes.counts.deferred == over
+    assert writes.counts.written == BOOKKEEPING_PER_PASS + 1
+    assert outcome.requeue_after == DEFERRED_RETRY_SECONDS
