@@ -290,6 +290,41 @@ def test_the_kubelets_status_diffs_add_up_to_the_whole_status_it_reports(kube: K
     assert status["hostIP"] and status["podIPs"]  # sent only with the first report
 
 
+def test_a_resync_whose_list_lags_the_watch_keeps_the_pod_the_watch_showed(
+    kube: Kube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resync (``add_nodes`` lists every pod while the watch goes on) must not take a pod away
+    that was created after its list was read: the kubelet would forget it, stop its containers,
+    and, seeing it again, report a second pod IP that the API refuses on every report after."""
+    kubelet = kube.sandbox.kubelet
+    assert kubelet is not None
+    namespace = kube.namespace("resync")
+    node = next(iter(kubelet.nodes))
+    real_get = kubelet.api.get
+    created: list[str] = []
+
+    def lagging(path: str, **kw: Any) -> Any:
+        """The list is read, and then the watch shows a pod created after it."""
+        listed = real_get(path, **kw)
+        if path == "/api/v1/pods" and not created:
+            pod = _package_pod(namespace, "late", node, {DURATION_ANNOTATION: "2s"})
+            uid = kube.core.create_namespaced_pod(namespace, pod).metadata.uid
+            created.append(uid)
+            wait_for(lambda: uid in kubelet.pods and kubelet.pods[uid].sent, what="reported")
+        return listed
+
+    monkeypatch.setattr(kubelet.api, "get", lagging)
+    kubelet.add_nodes([])  # registers nothing, then resyncs from the list
+    monkeypatch.undo()
+    assert created and created[0] in kubelet.pods, "a list older than the watch took the pod"
+
+    def status() -> Any:
+        return kube.core.read_namespaced_pod("late", namespace).status
+
+    wait_for(lambda: status().phase == "Succeeded", what="the pod Succeeded")
+    assert len(status().pod_ips) == 1
+
+
 def test_a_workload_pod_with_a_grace_period_is_deleted_by_the_kubelet(kube: Kube) -> None:
     namespace = kube.namespace("del")
     kube.core.create_namespaced_pod(

@@ -52,7 +52,7 @@ from nodewright_bridge.sandbox.kubelet.runners import (
     SimulateRunner,
     is_package_pod,
 )
-from nodewright_bridge.sandbox.kubelet.status_patch import status_patch
+from nodewright_bridge.sandbox.kubelet.status_patch import merging_lists, status_patch
 from nodewright_bridge.sandbox.kubelet.volumes import Materializer, expand, mounts_for, pod_dir
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,14 @@ def api_unavailable(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__
     return False
+
+
+def _older(pod: Obj, than: Obj) -> bool:
+    """``pod`` is an older version of the object ``than`` (by resourceVersion)."""
+    try:
+        return int(pod["metadata"]["resourceVersion"]) < int(than["metadata"]["resourceVersion"])
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def now_rfc3339() -> str:
@@ -484,13 +492,20 @@ class Kubelet:
                 self._stop.wait(1.0)
 
     def _list_pods(self) -> str:
+        """List every bound pod; a pod known before the list that it does not show is gone.
+
+        Only pods known *before* the list are judged by it: a resync (``add_nodes``) lists while
+        the watch thread goes on, and a pod the watch showed meanwhile is newer than the list.
+        """
+        with self._lock:
+            known = set(self.pods)
         listed = self.api.get("/api/v1/pods", query={"fieldSelector": "spec.nodeName!="}) or {}
         seen = set()
         for pod in listed.get("items") or []:
             seen.add(pod["metadata"]["uid"])
             self._observe(pod, deleted=False)
         with self._lock:
-            vanished = [uid for uid in self.pods if uid not in seen]
+            vanished = [uid for uid in known if uid not in seen and uid in self.pods]
         for uid in vanished:
             worker = self.pods.get(uid)
             if worker is not None:
@@ -506,11 +521,18 @@ class Kubelet:
                 node = self.nodes.get(node_name)
                 if node is None or deleted:
                     return
+                # A pod seen again keeps the IP the API shows (its sandbox outlived our memory).
+                shown = (pod.get("status") or {}).get("podIP") or ""
                 worker = PodWorker(
-                    uid=uid, node=node, pod=pod, boot_id=node.boot_id, pod_ip=self._pod_ip(node)
+                    uid=uid,
+                    node=node,
+                    pod=pod,
+                    boot_id=node.boot_id,
+                    pod_ip=shown or self._pod_ip(node),
                 )
                 self.pods[uid] = worker
-            worker.pod = pod
+            if deleted or not _older(pod, worker.pod):  # a resync's list may lag the watch
+                worker.pod = pod
             if deleted:
                 worker.gone = True
         self._queue.kick(uid)
@@ -940,7 +962,10 @@ class Kubelet:
 
     def _send_status(self, worker: PodWorker) -> None:
         status = self._status(worker)
-        patch = status_patch(worker.sent, status)
+        sent = worker.sent
+        if sent is None:  # a first report: the API may show one of an earlier worker
+            sent = merging_lists(worker.pod.get("status") or {}) or None
+        patch = status_patch(sent, status)
         if not patch:
             return
         meta = worker.pod["metadata"]

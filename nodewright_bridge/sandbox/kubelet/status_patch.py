@@ -8,6 +8,13 @@ control plane under test does not get.
 Pod status fields, as ``k8s.io/api/core/v1`` declares them: ``conditions`` merge by ``type``;
 ``hostIPs`` and ``podIPs`` merge by ``ip``; every other list (the container statuses) is atomic,
 so a changed one is sent whole. A key that is gone is sent as ``null``.
+
+A kubelet that starts reporting on a pod the API already has a status for (it forgot the pod,
+for example when a relist did not show it, and then saw it again) has sent nothing yet, but the
+merging lists it patches are the API's: it diffs those against what the API shows
+(:func:`merging_lists`), as a real kubelet diffs against the pod it reads. Sent whole, an address
+list would merge into the old one, and two pod IPs of one family are refused (422) on every
+report after.
 """
 
 from __future__ import annotations
@@ -16,6 +23,11 @@ from nodewright_bridge.sandbox.kubelet.api import Obj
 
 # status lists that merge by a key (the rest are replaced whole)
 _MERGE_KEYS = {"conditions": "type", "hostIPs": "ip", "podIPs": "ip"}
+
+
+def merging_lists(status: Obj) -> Obj:
+    """The lists of ``status`` that a patch merges into (the base of a first report)."""
+    return {key: status[key] for key in _MERGE_KEYS if isinstance(status.get(key), list)}
 
 
 def status_patch(old: Obj | None, new: Obj) -> Obj:

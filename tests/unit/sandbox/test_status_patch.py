@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodewright_bridge.sandbox.kubelet.status_patch import status_patch
+from nodewright_bridge.sandbox.kubelet.status_patch import merging_lists, status_patch
 
 
 def _status(phase: str, ready: bool, **extra: Any) -> dict[str, Any]:
@@ -63,3 +63,20 @@ def test_a_changed_set_of_conditions_orders_them_and_deletes_the_gone_one() -> N
         ],
         "$setElementOrder/conditions": [{"type": "Ready"}, {"type": "Scheduled"}],
     }
+
+
+def test_a_first_report_on_a_pod_the_api_shows_replaces_its_addresses_and_keeps_the_rest() -> None:
+    """A kubelet that forgot a pod and sees it again must not merge a second pod IP into the one
+    the API shows (the API refuses two of one family on every report after)."""
+    shown = {**_status("Pending", False), "qosClass": "BestEffort"}
+    new = _status("Running", True, podIPs=[{"ip": "10.0.0.9"}])
+    patch = status_patch(merging_lists(shown) or None, new)
+    assert patch["podIPs"] == [{"ip": "10.0.0.9"}, {"ip": "10.0.0.1", "$patch": "delete"}]
+    assert patch["$setElementOrder/podIPs"] == [{"ip": "10.0.0.9"}]
+    assert "qosClass" not in patch, "a field the API server set is not ours to remove"
+    assert patch["phase"] == "Running" and patch["containerStatuses"] == new["containerStatuses"]
+
+
+def test_a_first_report_on_a_pod_without_a_status_is_the_whole_status() -> None:
+    new = _status("Running", True)
+    assert status_patch(merging_lists({"phase": "Pending"}) or None, new) == new
