@@ -290,10 +290,12 @@ class NodeWrites:
         the class docstring), else held until the end."""
         starts = [a for a in work.actions if isinstance(a, _STARTS_PODS)]
         if not starts:
-            if self._hold or (self._defer and self._bookkeeping_sent >= BOOKKEEPING_PER_PASS):
+            bookkeeping = is_bookkeeping(work)
+            over_cap = self._defer and self._bookkeeping_sent >= BOOKKEEPING_PER_PASS
+            if self._hold or (bookkeeping and over_cap):
                 self._held.append(work)  # an over-cap bookkeeping one is deferred at the end
                 return
-            if is_bookkeeping(work):
+            if bookkeeping:
                 self._bookkeeping_sent += 1
             self.counts.written += 1
             self._submit(work)
