@@ -871,13 +871,15 @@ class Kubelet:
         pod, obj, node = worker.pod, container.obj, worker.node
         meta, spec = pod["metadata"], pod["spec"]
         base = pod_dir(node.state_dir, worker.uid)
-        run_dir = base / "containers" / f"{container.name}-{container.restart_count}"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        termination_log = run_dir / "termination-log"
-        termination_log.write_bytes(b"")
+        run_dir: Path | None = None
+        termination_log: Path | None = None
         env: dict[str, str] = {}
         mounts = []
         if runner.materializes:
+            run_dir = base / "containers" / f"{container.name}-{container.restart_count}"
+            run_dir.mkdir(parents=True, exist_ok=True)
+            termination_log = run_dir / "termination-log"
+            termination_log.write_bytes(b"")
             host_ip = node.internal_ip
             env = self._materializer.env(pod, obj, host_ip=host_ip, pod_ip=worker.pod_ip)
             volumes = self._materializer.volumes(
@@ -956,7 +958,8 @@ class Kubelet:
                     raise
         with self._lock:
             self.pods.pop(worker.uid, None)
-        shutil.rmtree(pod_dir(worker.node.state_dir, worker.uid), ignore_errors=True)
+        if self.runner_for(worker.pod).materializes:  # only such runners get a pod dir
+            shutil.rmtree(pod_dir(worker.node.state_dir, worker.uid), ignore_errors=True)
 
     # --- status ---------------------------------------------------------------------------
 

@@ -10,9 +10,11 @@ What the kubelet has already done before ``start``:
   secretKeyRef, fieldRef) into ``ContainerSpec.env`` - only when ``runner.materializes`` is True;
 - materialized ConfigMap, Secret, emptyDir, downwardAPI and projected volumes as directories under
   the node's ``state_dir`` (``VolumeMount.source``) - only when ``runner.materializes`` is True;
-- created an empty termination-message file on the host (``ContainerSpec.termination_log``). The
-  runner makes it appear at ``termination_message_path`` inside the container and reports its
-  content through ``RunningContainer.termination_message()``.
+- created an empty termination-message file on the host (``ContainerSpec.termination_log``) in a
+  per-container scratch directory (``ContainerSpec.scratch_dir``) - only when
+  ``runner.materializes`` is True (simulate mode writes nothing to disk per pod). The runner makes
+  the file appear at ``termination_message_path`` inside the container and reports its content
+  through ``RunningContainer.termination_message()``.
 
 hostPath volumes are not materialized: ``VolumeMount.host_path`` keeps the node-side path as
 written in the pod, and ``VolumeMount.resolve(node)`` maps it under ``node.root_dir`` (so a hostPath
@@ -164,8 +166,9 @@ class RunningContainer(Protocol):
 class ContainerRunner(Protocol):
     """Runs containers for the kubelet; one instance serves all nodes of a kubelet."""
 
-    # True: the kubelet resolves env and materializes volumes before start(). Simulate mode skips
-    # that work (and its API reads) so a thousand nodes stay cheap.
+    # True: the kubelet resolves env, materializes volumes and makes the container's scratch dir
+    # and termination-log file before start(). Simulate mode skips that work (its API reads and
+    # its disk writes) so a thousand nodes stay cheap.
     materializes: bool
     # True: start() returns at once (no process, no image). The kubelet then writes the pod's
     # first status after the start (Running), not before it as well (Pending): like a kubelet's
