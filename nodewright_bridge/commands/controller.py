@@ -52,7 +52,7 @@ from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.client import ClientSettings, build_api_client
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.metrics import Metrics
-from nodewright_bridge.runtime import allocator, logformat, memdump
+from nodewright_bridge.runtime import allocator, collector, logformat, memdump
 from nodewright_bridge.runtime.leadership import default_identity
 from nodewright_bridge.runtime.manager import (
     DEFAULT_METRICS_ADDR,
@@ -243,6 +243,7 @@ def run(
 ) -> None:
     """Run the controller until SIGTERM/SIGINT; exits the process with the manager's code."""
     allocator.limit_arenas()  # before any thread starts
+    collector.tune()  # after the imports, before the caches fill
     level = logging.getLevelNamesMapping()[log_level.upper()]
     logformat.configure(logformat.LogFormat(log_format), level=level)
     memdump.install(os.environ.get(memdump.ENV), sites=bool(os.environ.get(memdump.SITES_ENV)))

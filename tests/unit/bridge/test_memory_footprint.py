@@ -1,18 +1,21 @@
 """What keeps the controller's memory down at thousands of nodes: cached objects share their
-strings and keep only what is read, the process caps its malloc arenas, and the memory dump
-(``NWB_MEMDUMP``) says where the rest goes."""
+strings and keep only what is read, the process caps its malloc arenas and tunes the cycle
+collector, and the memory dump (``NWB_MEMDUMP``) says where the rest goes."""
 
 from __future__ import annotations
 
+import gc
 import json
 import tracemalloc
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from nodewright_bridge.controller import snapshot
 from nodewright_bridge.k8s.slimming import shared, slim_node, slim_pod
-from nodewright_bridge.runtime import allocator, memdump
+from nodewright_bridge.runtime import allocator, collector, memdump
 
 
 def _node(name: str) -> bytes:
@@ -145,3 +148,39 @@ def test_the_pods_of_one_batch_share_the_entry_they_carry() -> None:
     assert one.attempts == 1 and one.resource_id == "r1"
     assert snapshot.parse_entry('{"stage": 7}') is None  # unreadable: the node does not record it
     assert snapshot.parse_entry(None) is None
+
+
+@pytest.fixture
+def restored_collector() -> Iterator[None]:
+    """``collector.tune`` changes the whole process: give the next test CPython's settings."""
+    thresholds = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
+
+
+@pytest.mark.usefixtures("restored_collector")
+def test_the_tuned_collector_freezes_the_startup_heap_and_collects_young_rarely() -> None:
+    collector.tune()
+    assert gc.get_threshold() == (
+        collector.YOUNG_THRESHOLD,
+        collector.MIDDLE_THRESHOLD,
+        collector.OLD_THRESHOLD,
+    )
+    assert gc.get_freeze_count() > 10_000  # modules, classes and functions are out of its view
+
+
+class _Cyclic:
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.mark.usefixtures("restored_collector")
+def test_cycles_made_after_tuning_are_still_collected_without_an_explicit_collect() -> None:
+    collector.tune()
+    cycle = _Cyclic()
+    gone = weakref.ref(cycle)
+    del cycle
+    kept = [[] for _ in range(collector.YOUNG_THRESHOLD + 1)]  # enough new objects: a young run
+    assert gone() is None
+    assert len(kept) > collector.YOUNG_THRESHOLD
