@@ -12,7 +12,9 @@ One package whose pods take 10 s (simulate mode), an exponential policy. Prints:
 - a per-batch timeline from the simulated kubelet's side: when each batch's first and last pod
   started (the spread is API throughput: every start is a Node write, a Pod create and the
   kubelet's status write) and the gap between a batch's last pod ending and the next batch's
-  first pod starting (noticing, planning and writing).
+  first pod starting (noticing, planning and writing), and how late the kubelet's reports of
+  the batch's pod ends were answered (median/most): the controller learns of an end only then,
+  so a late report is the API server's (or the simulated kubelet's) share of a gap.
 Targets: within 10 % of the floor, under 150 MB RSS, CR status under 20 KB.
 
 Run: ``.venv/bin/python tests/bench/bench_rollout_1000.py [--nodes 1000] [--seconds 10]``;
@@ -35,13 +37,16 @@ import os
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from profiling import (  # tests/bench: the script's folder
@@ -83,6 +88,9 @@ class TimedRunner(SimulateRunner):
         self.seconds = seconds
         self.check_seconds = check_seconds
         self.starts: list[float] = []  # time.monotonic() of every package pod start
+        self.uids: dict[float, str] = {}  # ... and the pod started then
+        # time.monotonic() when the API answered each package pod's first ended report
+        self.reported: dict[str, float] = {}
         self.validations: list[float] = []  # ... and of every validation pod start
         self.checks: list[float] = []  # ... and of every check-mode (preflight) pod start
         self.interrupts = 0  # interrupt pods: each one follows a cordon and a drain
@@ -102,11 +110,32 @@ class TimedRunner(SimulateRunner):
             self.interrupts += 1
         elif spec.is_package_pod:
             self.starts.append(time.monotonic())
+            self.uids[self.starts[-1]] = spec.pod_uid
         return super().start(node, spec)
 
+    def ended_report(self, uid: str, phase: str) -> None:
+        self.reported.setdefault(uid, time.monotonic())
 
-def timeline(starts: list[float], sizes: list[int], seconds: float, origin: float) -> list[str]:
-    """One line per predicted batch: start spread and the gap after the previous batch ended."""
+    def report_lags(self, chunk: list[float], seconds: float) -> list[float]:
+        """Per pod of ``chunk`` (start times): how long after its end its report was answered."""
+        lags = []
+        for start in chunk:
+            answered = self.reported.get(self.uids.get(start, ""))
+            if answered is not None:
+                lags.append(answered - (start + seconds))
+        return lags
+
+
+def timeline(
+    starts: list[float],
+    sizes: list[int],
+    seconds: float,
+    origin: float,
+    lags: Callable[[list[float]], list[float]] | None = None,
+) -> list[str]:
+    """One line per predicted batch: start spread, the gap after the previous batch ended and,
+    with ``lags``, how late the kubelet's reports of its pods' ends were answered (median,
+    most): the controller learns of an end only then."""
     lines = []
     ordered = sorted(starts)
     previous_end: float | None = None
@@ -117,9 +146,13 @@ def timeline(starts: list[float], sizes: list[int], seconds: float, origin: floa
         if not chunk:
             break
         gap = f"{chunk[0] - previous_end:5.2f}s" if previous_end is not None else "    -"
+        late = ""
+        reported = lags(chunk) if lags is not None else []
+        if reported:
+            late = f"; ends reported {statistics.median(reported):4.2f}/{max(reported):4.2f}s late"
         lines.append(
             f"    batch {number:2d} {len(chunk):5d} pods: first start t={chunk[0] - origin:6.2f}s,"
-            f" spread {chunk[-1] - chunk[0]:5.2f}s, gap after previous batch {gap}"
+            f" spread {chunk[-1] - chunk[0]:5.2f}s, gap after previous batch {gap}{late}"
         )
         previous_end = chunk[-1] + seconds
     return lines
@@ -268,6 +301,8 @@ def run(  # noqa: PLR0917 - the command line's options, passed once
         apiserver_args=["--profiling=true"] if profile else [],
     )
     box.start()
+    assert box.kubelet is not None
+    box.kubelet.on_ended_report = runner.ended_report
     print(f"  started in {time.monotonic() - began:.1f}s")
     controller: subprocess.Popen[bytes] | None = None
     spy: ControllerProfile | None = None
@@ -416,7 +451,8 @@ def run(  # noqa: PLR0917 - the command line's options, passed once
             f", first package pod t={min(runner.starts) - created:.2f}s" if runner.starts else ""
         )
         print(f"    validation pod started t={at - created:.2f}s (it takes 1s){first}")
-    for line in timeline(runner.starts, batches, seconds, created):
+    lags = partial(runner.report_lags, seconds=seconds)
+    for line in timeline(runner.starts, batches, seconds, created, lags):
         print(line)
     if runner.starts:
         tail = total - (max(runner.starts) + seconds - created)

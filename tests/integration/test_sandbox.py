@@ -263,6 +263,36 @@ def test_simulated_package_pods_end_as_their_annotations_say(kube: Kube) -> None
     assert (terminated.exit_code, terminated.message) == (3, "boom")
 
 
+def test_the_kubelet_tells_each_pods_end_once_when_the_api_answered_its_report(kube: Kube) -> None:
+    kubelet = kube.sandbox.kubelet
+    assert kubelet is not None
+    namespace = kube.namespace("ends")
+    node = next(iter(kubelet.nodes))
+    told: list[tuple[str, str]] = []
+    kubelet.on_ended_report = lambda uid, phase: told.append((uid, phase))
+    try:
+        ok = kube.core.create_namespaced_pod(
+            namespace, _package_pod(namespace, "ok", node, {DURATION_ANNOTATION: "100ms"})
+        )
+        notes = {DURATION_ANNOTATION: "0s", EXIT_CODE_ANNOTATION: "2"}
+        bad = kube.core.create_namespaced_pod(
+            namespace, _package_pod(namespace, "bad", node, notes)
+        )
+        mine = {ok.metadata.uid, bad.metadata.uid}
+        wait_for(lambda: len([t for t in told if t[0] in mine]) >= 2, what="both ends told")
+        for name in ("ok", "bad"):  # told only once the API shows it
+            assert kube.core.read_namespaced_pod(name, namespace).status.phase in (
+                "Succeeded",
+                "Failed",
+            )
+        time.sleep(0.5)  # a later sync of an ended pod tells nothing more
+    finally:
+        kubelet.on_ended_report = None
+    assert sorted(t for t in told if t[0] in mine) == sorted(
+        [(ok.metadata.uid, "Succeeded"), (bad.metadata.uid, "Failed")]
+    )
+
+
 def test_the_kubelets_status_diffs_add_up_to_the_whole_status_it_reports(kube: Kube) -> None:
     """The simulated kubelet patches only what changed (``status_patch``); the stored status
     must still be exactly the one it computed, with the Running report's fields it left out."""

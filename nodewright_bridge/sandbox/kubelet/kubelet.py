@@ -233,6 +233,9 @@ class Kubelet:
         self._ends: list[tuple[float, str]] = []
         self._threads: list[threading.Thread] = []
         self._next_heartbeat: dict[str, float] = {}
+        # Called with (pod uid, phase) once the API answered a pod's first Succeeded or Failed
+        # report (benchmarks: how far the reports lag the pods' ends).
+        self.on_ended_report: Callable[[str, str], None] | None = None
         self._reboots_requested: set[str] = set()
         self._ready_again: dict[str, float] = {}  # node -> monotonic time to report Ready
         # node -> (first seen, Ready as last posted, when Ready last changed): as a real kubelet,
@@ -550,11 +553,18 @@ class Kubelet:
     # --- the loop -------------------------------------------------------------------------
 
     def _tick_loop(self) -> None:
-        last_file_check = 0.0
-        while not self._stop.wait(self._next_wait()):
+        """Kick pods whose simulated end is due the moment it is; look over every pod and node
+        (exits of real containers, heartbeats, reboots) once a tick. The loop wakes for each
+        due end, and a batch of 2,048 pods ends about every 5 ms: looking over 2,048 pods and
+        5,000 nodes each time took the GIL from the workers that report those ends."""
+        last_look = last_file_check = 0.0
+        while not self._stop.wait(self._next_wait(last_look)):
             try:
                 now = time.monotonic()
                 self._kick_ended(now)
+                if now - last_look < TICK_SECONDS:
+                    continue
+                last_look = now
                 self._poll_containers(now)
                 self._heartbeats(now)
                 if now - last_file_check >= 1.0:
@@ -565,12 +575,15 @@ class Kubelet:
             except Exception:
                 log.exception("kubelet loop iteration failed")
 
-    def _next_wait(self) -> float:
+    def _next_wait(self, last_look: float) -> float:
+        """Until the next due end or the next look over everything, whichever is first."""
+        now = time.monotonic()
+        look = max(last_look + TICK_SECONDS - now, 0.0)
         with self._lock:
             first = self._ends[0][0] if self._ends else None
         if first is None:
-            return TICK_SECONDS
-        return min(TICK_SECONDS, max(first - time.monotonic(), 0.0))
+            return look
+        return min(look, max(first - now, 0.0))
 
     def _kick_ended(self, now: float) -> None:
         with self._lock:
@@ -983,7 +996,11 @@ class Kubelet:
             if exc.status in (404, 409):
                 return  # deleted meanwhile; the watch tells us
             raise
+        ended = status.get("phase") in ("Succeeded", "Failed")
+        first_end = ended and (sent or {}).get("phase") not in ("Succeeded", "Failed")
         worker.sent = status
+        if first_end and self.on_ended_report is not None:
+            self.on_ended_report(worker.uid, status["phase"])
 
     def _status(self, worker: PodWorker) -> Obj:
         inits = [c for c in worker.containers if c.init]
