@@ -57,6 +57,8 @@ from nodewright_bridge.sandbox.kubelet.volumes import Materializer, expand, moun
 
 log = logging.getLogger(__name__)
 
+# The phases of a pod that has ended (its containers will not run again).
+ENDED_PHASES = ("Succeeded", "Failed")
 # Containers are polled this often; it bounds how late an exit is noticed.
 TICK_SECONDS = 0.25
 # Heartbeats only refresh condition times (no node-lifecycle-controller watches them), so rarely.
@@ -702,7 +704,7 @@ class Kubelet:
                 rebooting = worker.node.name in self._ready_again
             if rebooting:
                 return  # the node's kubelet is "down"; _finish_reboots kicks us again
-            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            if pod.get("status", {}).get("phase") in ENDED_PHASES:
                 worker.terminal = True  # ended before this kubelet saw it
                 return
             self._begin(worker)
@@ -996,8 +998,8 @@ class Kubelet:
             if exc.status in (404, 409):
                 return  # deleted meanwhile; the watch tells us
             raise
-        ended = status.get("phase") in ("Succeeded", "Failed")
-        first_end = ended and (sent or {}).get("phase") not in ("Succeeded", "Failed")
+        ended = status.get("phase") in ENDED_PHASES
+        first_end = ended and (sent or {}).get("phase") not in ENDED_PHASES
         worker.sent = status
         if first_end and self.on_ended_report is not None:
             self.on_ended_report(worker.uid, status["phase"])
