@@ -79,6 +79,12 @@ class InMemoryApi(Rest):
         with self._lock:
             return self._store(path, copy.deepcopy(dict(obj)))
 
+    def stored(self) -> list[tuple[str, JsonObject]]:
+        """Every stored object by its path, taken under the lock: the executor's background
+        writes (deletes, Events) may still be storing while a test looks."""
+        with self._lock:
+            return list(self.objects.items())
+
     def get_object(self, resource: Resource, name: str, namespace: str | None = None) -> JsonObject:
         return copy.deepcopy(self.objects[resource.path(namespace=namespace, name=name)])
 

@@ -81,7 +81,7 @@ def world_of(nodes: int, keep: Path | None) -> ControllerWorld:
     if saved is not None:
         saved.parent.mkdir(parents=True, exist_ok=True)
         kinds = {r.plural: r for r in vars(resources).values() if isinstance(r, resources.Resource)}
-        objects = [(kinds[path.split("/")[-2]], o) for path, o in world.api.objects.items()]
+        objects = [(kinds[path.split("/")[-2]], o) for path, o in world.api.stored()]
         saved.write_bytes(pickle.dumps(objects))
     return world
 

@@ -82,7 +82,7 @@ class ControllerWorld:
         prefix = resources.PODS.path(namespace=NAMESPACE) + "/"
         return [
             o
-            for k, o in self.api.objects.items()
+            for k, o in self.api.stored()
             if k.startswith(prefix)
             and (labels := o["metadata"].get("labels") or {}).get(caches.CR_LABEL) == cr
             and (VALIDATION_LABEL in labels) == validation
@@ -120,7 +120,7 @@ class ControllerWorld:
     def sync(self) -> None:
         """Refill the caches from the API's objects, decoded as the informers decode them."""
         by_kind: dict[str, list[dict[str, Any]]] = {}
-        for path, obj in self.api.objects.items():
+        for path, obj in self.api.stored():
             by_kind.setdefault(path.split("/")[-2], []).append(obj)
         fresh = snapshot.stores_from(
             nodes=by_kind.get("nodes", ()),
