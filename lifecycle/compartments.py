@@ -163,14 +163,16 @@ def assign(
     def tie_break(rule: CompartmentRule) -> tuple[int, int, str]:
         return (_SAFETY_RANK[rule.pacing.kind], capacity[rule.name], rule.name)
 
-    matched_by: dict[str, list[CompartmentRule]] = {name: [] for name, _ in node_list}
+    # only the nodes some rule matched (a list per node of a 5,000-node fleet, every pass,
+    # would be garbage for the collector to walk)
+    matched_by: dict[str, list[CompartmentRule]] = {}
     for rule in selected:
         for name in raw_matches[rule.name]:
-            matched_by[name].append(rule)
+            matched_by.setdefault(name, []).append(rule)
     of_node: dict[str, str] = {}
     members: dict[str, list[str]] = {r.name: [] for r in rules}
     for name, _ in node_list:
-        candidates = matched_by[name]
+        candidates = matched_by.get(name)
         chosen = min(candidates, key=tie_break).name if candidates else DEFAULT_COMPARTMENT
         of_node[name] = chosen
         members[chosen].append(name)

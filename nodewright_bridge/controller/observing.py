@@ -15,7 +15,7 @@ but still carries keys of are collected for release, and two kinds of node are s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -51,6 +51,50 @@ class Observation:
     new_nodes: list[releasing.HeldNode] = field(default_factory=list)  # auto-taint candidates
 
 
+class Targeting:
+    """Which nodes each CR targets, kept per node with the labels object it was judged from.
+
+    Why: every pass asks it of every CR and every node. The informer replaces a Node's object
+    on each change and never edits one in place, so the very same labels object gives the same
+    answer, and a pass over unchanged nodes matches no selector. A CR whose selectors changed
+    is judged afresh; rows of nodes and CRs that went away are dropped (bounded memory)."""
+
+    def __init__(self) -> None:
+        # CR name -> (its node selectors, node name -> (labels judged, targeted))
+        self._rows: dict[str, tuple[object, dict[str, tuple[object, bool]]]] = {}
+
+    def targeted(self, cr: NodeWright, nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Names of the nodes ``cr`` targets (its node selectors match their labels)."""
+        wanted = cr.spec.node_selectors
+        row = self._rows.get(cr.metadata.name)
+        if row is None or (row[0] is not wanted and row[0] != wanted):
+            row = (wanted, {})
+            self._rows[cr.metadata.name] = row
+        kept = row[1]
+        out = []
+        for node in nodes:
+            meta = snapshot.meta_of(node)
+            name = str(meta.get("name"))
+            labels = meta.get("labels")
+            judged = kept.get(name)
+            if judged is None or judged[0] is not labels:
+                judged = (labels, selectors.matches(wanted, labels or {}))
+                kept[name] = judged
+            if judged[1]:
+                out.append(name)
+        if len(kept) > len(nodes):
+            live = {str(snapshot.meta_of(n).get("name")) for n in nodes}
+            for name in [n for n in kept if n not in live]:
+                del kept[name]
+        return out
+
+    def keep_only(self, crs: Iterable[str]) -> None:
+        """Drop the rows of CRs not in ``crs``."""
+        alive = set(crs)
+        for name in [n for n in self._rows if n not in alive]:
+            del self._rows[name]
+
+
 @dataclass(frozen=True, slots=True)
 class Caches:
     """The stores and the controller's own write memory an observation reads."""
@@ -58,15 +102,12 @@ class Caches:
     stores: snapshot.Stores
     settled: SettledNodes
     stale: Callable[[Mapping[str, Any]], bool]  # the node's cache lags a write of ours
+    targeting: Targeting = field(default_factory=Targeting)
 
 
 def targeted(cr: NodeWright, nodes: Iterable[Mapping[str, Any]]) -> list[str]:
     """Names of the nodes ``cr`` targets (its node selectors match their labels)."""
-    return [
-        str(snapshot.meta_of(n).get("name"))
-        for n in nodes
-        if selectors.matches(cr.spec.node_selectors, snapshot.labels_of(n))
-    ]
+    return Targeting().targeted(cr, list(nodes))
 
 
 def observe(
@@ -82,7 +123,8 @@ def observe(
     stores = cached.stores
     name = cr.metadata.name
     nodes = stores.nodes.values()
-    targeted_by = {c.metadata.name: targeted(c, nodes) for c in crs}
+    targeted_by = {c.metadata.name: cached.targeting.targeted(c, nodes) for c in crs}
+    cached.targeting.keep_only(targeted_by)
     mine = frozenset(targeted_by[name])
     progress = [
         sequencing.CRProgress.of(

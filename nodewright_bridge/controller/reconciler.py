@@ -135,6 +135,7 @@ class NodeWrightReconciler:
         # starts before the cache has caught up must build on it, not on an older status
         # (recentFailures and batch states would otherwise be lost).
         self._statuses: dict[str, tuple[int, NodeWrightStatus]] = {}
+        self._targeting = observing.Targeting()
         self._planner = planning.NodePlanner(
             stores, SettledNodes(), outside_retry, failed_pod_ttl=failed_pod_ttl
         )
@@ -247,7 +248,7 @@ class NodeWrightReconciler:
         self._planner.use_secret_data(
             name, snapshot.secret_data(cr, self._stores.secrets, self._namespace)
         )
-        cached = observing.Caches(self._stores, self._planner.settled, self._stale)
+        cached = observing.Caches(self._stores, self._planner.settled, self._stale, self._targeting)
         seen = observing.observe(cr, old, now, crs=crs, policy=self._policy(cr), cached=cached)
         written = {n: self.executor.written_status(name, n) for n in seen.stale}
         checking = None

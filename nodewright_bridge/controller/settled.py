@@ -7,15 +7,15 @@ at any moment: waiting for their batch, complete, or running a package pod that 
 A plan is a pure function of the parsed CR, the Node, the pods on it, the PodDisruptionBudgets,
 the other CRs (a node's peers), a few flags and the time, and time enters only through
 deadlines, which the planner reports as ``requeue_at``. So a settled node's snapshot is reused
-until its Node's resourceVersion, the resourceVersions of the package pods or of the workload
-pods on it, the CR object or the paused/disabled flags change; a node with workload pods also
-until a PodDisruptionBudget changes. Its plans are kept with everything the stage planner read
-but the time (``NodePlanner.plan``) and reused while that is equal and the plan's
-``requeue_at`` has not passed: a node that moved without changing any of it (a kubelet's status
-update, a label nobody reads) has its snapshot made again, not its plan. A node whose state does
-not parse is planned afresh every time. Inputs that are not per node drop a CR's entries when
-they change (``forget``): the CR's secretVars data, any CR object of the pass
-(``use_pass_inputs``: a node's peers come from them).
+until its Node's resourceVersion, the package pods or the workload pods on it (the stores'
+``index_serial``: two numbers, not a walk of the pods), the CR object or the paused/disabled
+flags change; a node with workload pods also until a PodDisruptionBudget changes. Its plans
+are kept with everything the stage planner read but the time (``NodePlanner.plan``) and reused
+while that is equal and the plan's ``requeue_at`` has not passed: a node that moved without
+changing any of it (a kubelet's status update, a label nobody reads) has its snapshot made
+again, not its plan. A node whose state does not parse is planned afresh every time. Inputs
+that are not per node drop a CR's entries when they change (``forget``): the CR's secretVars
+data, any CR object of the pass (``use_pass_inputs``: a node's peers come from them).
 
 ``KeptValues`` keeps what the rest of a pass derives from a node's snapshot (the rollout's node
 view, the drain view of the report, the validation candidate), keyed by the inputs it read.
@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 from lifecycle.actions import DeletePod
 from lifecycle.spec import NodeWright
 from lifecycle.stages import NodePlan
-from nodewright_bridge.controller.snapshot import NodeSnapshot, Stores, meta_of, pod_versions
+from nodewright_bridge.controller.snapshot import NodeSnapshot, Stores, meta_of
 
 # What a node's plan depends on besides its snapshot: (allowed to start, paused, node order, why
 # the rollout cannot pick it). The probe is planned with (False, <CR paused>, <recorded order>, "").
@@ -108,10 +108,9 @@ class SettledNodes:
             entry.cr is not cr
             or snap.resource_version != str(meta.get("resourceVersion", ""))
             or (entry.paused, entry.disabled) != (paused, disabled)
-            or snap.package_pod_versions
-            != pod_versions(stores.package_pods.by_index(node_index, key[1]))
-            or snap.workload_pod_versions != pod_versions(stores.pods.by_index(node_index, key[1]))
-            or (snap.workload_pod_versions and entry.pdbs is not self._pdbs.get(key[0]))
+            or snap.package_pods_serial != stores.package_pods.index_serial(node_index, key[1])
+            or snap.workload_pods_serial != stores.pods.index_serial(node_index, key[1])
+            or (snap.workload_pods_serial and entry.pdbs is not self._pdbs.get(key[0]))
         ):
             entry.snap = None
             return None

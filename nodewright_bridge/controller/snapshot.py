@@ -393,10 +393,10 @@ class NodeSnapshot:
     drain: draining.DrainPlan
     evictions: tuple[draining.Eviction, ...] = ()  # drain.evict with their covering PDBs
     blocking_pdbs: tuple[str, ...] = ()
-    # (name, resourceVersion) of every package pod (any CR's) on the node, as read here
-    package_pod_versions: tuple[tuple[str, str], ...] = ()
-    # (name, resourceVersion) of every workload pod on the node, as read here
-    workload_pod_versions: tuple[tuple[str, str], ...] = ()
+    # the stores' ``index_serial`` of the node's package pods (any CR's) and of its workload
+    # pods, read before them: while both are the same, the pods this snapshot read are too
+    package_pods_serial: int = 0
+    workload_pods_serial: int = 0
     # each blocking PDB with the pods it keeps here; the podNonInterruptLabels pods running here
     pdb_pods: tuple[tuple[str, tuple[str, ...]], ...] = ()
     protected_pods: tuple[str, ...] = ()
@@ -570,8 +570,9 @@ def snapshot_node(
         state = {}
         state_error = str(exc) or "does not parse"
 
-    workload_pods = stores.pods.by_index(node_index, name)
-    workload = [pod_view(p) for p in workload_pods]
+    workload_serial = stores.pods.index_serial(node_index, name)
+    package_serial = stores.package_pods.index_serial(node_index, name)
+    workload = [pod_view(p) for p in stores.pods.by_index(node_index, name)]
     plan = draining.plan_drain(workload, cr.spec.drain)
     relevant = pdbs.relevant(workload)
     blocking = draining.blocking_pdbs(plan.evict, relevant, cr.spec.drain)
@@ -636,8 +637,8 @@ def snapshot_node(
         drain=plan,
         evictions=draining.evictions(plan.evict, relevant),
         blocking_pdbs=facts.blocking_pdbs,
-        package_pod_versions=pod_versions(package_pods),
-        workload_pod_versions=pod_versions(workload_pods),
+        package_pods_serial=package_serial,
+        workload_pods_serial=workload_serial,
         pdb_pods=facts.pdb_pods,
         protected_pods=protected,
         preflight=preflight.parse_records(annotations.get(preflight_annotation(cr_name))),
@@ -713,12 +714,3 @@ def complete_on(cr_name: str, nodes: Iterable[Mapping[str, Any]]) -> frozenset[s
     return frozenset(
         str(meta_of(n).get("name", "")) for n in nodes if labels_of(n).get(key) == "complete"
     )
-
-
-def pod_versions(pods: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
-    """(name, resourceVersion) of ``pods`` (validation pods left out: no node plan reads them),
-    sorted: what a kept snapshot read of them."""
-    if not pods:
-        return ()
-    metas = [meta_of(p) for p in pods if not is_validation_pod(p)]
-    return tuple(sorted((str(m.get("name", "")), str(m.get("resourceVersion", ""))) for m in metas))

@@ -215,5 +215,4 @@ def test_validation_pods_are_neither_this_crs_package_pods_nor_another_crs() -> 
     snap = snapshot.snapshot_node(cr, node, stores, snapshot.PdbIndex())
     assert snap.pods == (), "the stage planner would delete a pod it does not know"
     assert snap.facts.foreign_package_pods == 0, "a validation pod does not hold interrupts back"
-    assert snap.package_pod_versions == ()
     assert snapshot.observe_pod(validation_pod("mine", "n1")) is None

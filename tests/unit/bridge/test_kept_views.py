@@ -209,3 +209,29 @@ def test_passes_over_unchanged_nodes_still_see_a_label_that_arrives_and_goes() -
     world.add(resources.NODES, labelled)
     world.step("tune")
     assert status_condition(world, "NodesIgnored")["status"] == "False"
+
+
+def test_targeting_is_judged_again_only_for_a_node_or_selector_that_changed() -> None:
+    def cr_selecting(pool: str) -> NodeWright:
+        return NodeWright.model_validate(
+            {
+                "metadata": {"name": "tune"},
+                "spec": {
+                    "nodeSelectors": {"matchLabels": {"pool": pool}},
+                    "packages": {"tune": {"version": "1.0.0", "image": "r/p"}},
+                },
+            }
+        )
+
+    def labelled(name: str, pool: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": {"pool": pool}}}
+
+    targeting = observing.Targeting()
+    gpu = cr_selecting("gpu")
+    nodes = [labelled("a", "gpu"), labelled("b", "cpu")]
+    assert targeting.targeted(gpu, nodes) == ["a"]
+    nodes = [labelled("a", "cpu"), nodes[1], labelled("c", "gpu")]  # a relabelled, c added
+    assert targeting.targeted(gpu, nodes) == ["c"]
+    assert targeting.targeted(cr_selecting("cpu"), nodes) == ["a", "b"], "a new selector"
+    assert targeting.targeted(cr_selecting("cpu"), nodes[1:]) == ["b"], "a went away"
+    assert observing.targeted(gpu, nodes) == ["c"]

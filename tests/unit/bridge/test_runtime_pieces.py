@@ -75,6 +75,25 @@ def test_the_store_indexes_follow_updates_and_deletes() -> None:
     assert len(store) == 2
 
 
+def test_an_index_serial_moves_with_every_write_under_its_value_and_only_then() -> None:
+    store = Store({"node": by_node_name})
+    assert store.index_serial("node", "n1") == 0
+    store.put("ns/a", pod("a", "n1"))
+    first = store.index_serial("node", "n1")
+    store.put("ns/x", pod("x", "n2"))
+    assert store.index_serial("node", "n1") == first, "a write on another node changes nothing"
+    store.put("ns/a", pod("a", "n1", app="web"))
+    replaced = store.index_serial("node", "n1")
+    assert replaced not in (0, first), "a replaced pod shows as a change"
+    store.put("ns/a", pod("a", "n2"))  # moved away: both values changed
+    assert store.index_serial("node", "n1") == 0, "nothing indexed there any more"
+    assert store.index_serial("node", "n2") > replaced
+    store.put("ns/b", pod("b", "n1"))
+    assert store.index_serial("node", "n1") not in (0, first, replaced), "never an old number"
+    store.delete("ns/b")
+    assert store.index_serial("node", "n1") == 0
+
+
 def test_object_keys_are_namespace_slash_name_or_just_name() -> None:
     assert object_key({"metadata": {"name": "p", "namespace": "ns"}}) == "ns/p"
     assert object_key({"metadata": {"name": "node-1"}}) == "node-1"
