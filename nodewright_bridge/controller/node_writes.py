@@ -13,6 +13,8 @@ API round trip the next batch may wait for.
 - Different nodes are independent: :class:`NodeWrites` runs each node's list on a bounded thread
   pool (:data:`NODE_CONCURRENCY`), one node's actions in order on one thread, a node that starts
   pods as soon as the pass has planned it; in a pass that picks no batch, every node so.
+- While a pass writes pod starts or Node results, background senders (pod deletes, Events)
+  wait (``Foreground``); work that only queues deletes or Events holds nobody back.
 - The vars ConfigMap of a package is created once per pass, while the first Node writes go out
   (pod creates wait for it).
 - Bookkeeping (nodes that start no pod and take no batch record) is written at most
@@ -229,6 +231,11 @@ _STARTS_PODS = (actions.CreatePackagePod, actions.CreateInterruptPod)
 _FREE = (actions.DeletePod, actions.EmitEvent, actions.VerifyReboot)
 
 
+def writes_node(work: NodeWork) -> bool:
+    """The work writes the Node (or drains it): more than queueing pod deletes and Events."""
+    return bool(work.annotations) or any(not isinstance(a, _FREE) for a in work.actions)
+
+
 def is_bookkeeping(work: NodeWork) -> bool:
     """Work that may wait for the next pass: it writes the Node (or drains) but starts no pod and
     takes no batch record (a deferred node is planned again, its Events included; a release of a
@@ -238,7 +245,7 @@ def is_bookkeeping(work: NodeWork) -> bool:
         return False
     if any(value is not None for value in work.annotations.values()):
         return False
-    return bool(work.annotations) or any(not isinstance(a, _FREE) for a in work.actions)
+    return writes_node(work)
 
 
 class NodeWrites:
@@ -279,7 +286,7 @@ class NodeWrites:
         self._shares: list[Outcome] = []
         self._pool: ThreadPoolExecutor | None = None
         self._stack = contextlib.ExitStack()
-        self._starting = False
+        self._foreground_held = False
         self.counts = WriteCounts()
 
     def __enter__(self) -> NodeWrites:
@@ -297,13 +304,13 @@ class NodeWrites:
                 return
             if bookkeeping:
                 self._bookkeeping_sent += 1
+            if writes_node(work):
+                self._in_foreground()  # a result the next batch may wait for
             self.counts.written += 1
             self._submit(work)
             return
         self.counts.starting += 1
-        if not self._starting:
-            self._starting = True
-            self._stack.enter_context(self._executor.foreground.running())
+        self._in_foreground()
         for action in starts:
             package = action.package
             if package in self._cr.spec.packages and package not in self._config_maps:
@@ -312,6 +319,12 @@ class NodeWrites:
                     self._cr, package
                 )
         self._submit(work)
+
+    def _in_foreground(self) -> None:
+        """From now until the pass's writes are done, background senders wait (``Foreground``)."""
+        if not self._foreground_held:
+            self._foreground_held = True
+            self._stack.enter_context(self._executor.foreground.running())
 
     def others(self, annotations: Mapping[str, Mapping[str, str | None]]) -> None:
         """Annotation changes (batch records) of nodes without work here, written at the end,

@@ -3,7 +3,8 @@
 Why it is safe: a pod is deleted only after the Node write that recorded its result, and a delete
 that never happens (the process died, the API refused) is planned again from the next snapshot,
 where the pod still is. Each name is sent once however often it is asked while in flight, and the
-senders yield to foreground work (pod starts) so they never slow down a batch start.
+senders yield to foreground work (pod starts, Node results) so they never slow down a batch
+start, nor the results the next batch waits for.
 
 Why a sent delete is remembered: a finished pod is gone the moment its delete returns, but the
 pod cache shows that only when the watch event arrives, and every pass before it (the other pods

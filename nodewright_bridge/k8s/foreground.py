@@ -5,9 +5,11 @@ ends only when its last pod does: every request sent meanwhile for something tha
 (Events, deletes of finished pods) pushes the last start, and so the whole rollout, later. In a
 1,000-node rollout those are about a fifth of the requests while the last batch starts.
 
-Foreground work runs inside :meth:`Foreground.running`; background senders call
-:meth:`Foreground.yield_to` before each request. It returns at once when no foreground work runs,
-else when it ends or after ``max_wait`` seconds: background work is delayed, never starved.
+The same holds while a batch ends: the results written to its Nodes are what the next batch
+waits for. Foreground work (a pass's pod starts and Node writes) runs inside
+:meth:`Foreground.running`; background senders call :meth:`Foreground.yield_to` before each
+request. It returns at once when no foreground work runs, else when it ends or after
+``max_wait`` seconds: background work is delayed, never starved.
 """
 
 from __future__ import annotations

@@ -137,6 +137,8 @@ def test_a_node_mid_cycle_waits_for_the_new_spec_to_validate_before_its_next_pod
     seen = {p["metadata"]["name"] for p in world.pods("tune")}
     assert seen <= {apply_pod["metadata"]["name"]}, "no pod of the unvalidated spec"
     assert world.obj(resources.NODES, "n0")["spec"]["unschedulable"], "it keeps its cordon"
+    # the old spec's validation pod goes in the background, after the pass's Node writes
+    assert world.reconciler.executor.wait_for_deletes(10)
     assert len(world.pods("tune", validation=True)) == 1
     world.finish_pods("tune", validation=True)
     world.step("tune")

@@ -102,3 +102,13 @@ def test_bookkeeping_over_the_cap_waits_for_the_next_pass_and_other_work_does_no
     assert writes.counts.deferred == over
     assert writes.counts.written == BOOKKEEPING_PER_PASS + 1
     assert outcome.requeue_after == DEFERRED_RETRY_SECONDS
+
+
+def test_background_senders_wait_while_a_pass_writes_results_not_while_it_only_deletes() -> None:
+    applier = Applier()
+    with NodeWrites(applier, CR, Outcome(), defer=True, hold=False) as writes:
+        writes.add(work("n1", actions.DeletePod(name="p1", node="n1", reason="finished")))
+        assert not applier.foreground.busy(), "queueing a delete is no reason to hold deletes"
+        writes.add(result("n2"))
+        assert applier.foreground.busy(), "a result the next batch waits for goes first"
+    assert not applier.foreground.busy(), "released once the pass's writes are done"
