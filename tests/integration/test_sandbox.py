@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -238,6 +239,52 @@ def test_a_simulated_reboot_changes_the_boot_id_and_fails_the_running_pods_then_
     assert pod.status.phase == "Failed"
     assert pod.status.reason == "NodeRebooted"
     assert pod.status.container_statuses[0].state.terminated is not None
+
+
+def test_a_heartbeat_on_its_way_when_the_node_reboots_never_lands_after_the_new_boot_id(
+    kube: Kube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A heartbeat built before a reboot (old bootID, Ready) that reached the API after the
+    reboot's NotReady put the old bootID back: the invariant checker saw two reboots 6 ms apart
+    and a third once Ready came, and the controller could have read Ready with the old boot."""
+    kubelet = kube.sandbox.kubelet
+    assert kubelet is not None
+    period = kubelet.heartbeat_seconds
+    kubelet.heartbeat_seconds = 1.0  # the new node's first heartbeat comes a second after it
+    try:
+        (node,) = kube.add_nodes(1)
+    finally:
+        kubelet.heartbeat_seconds = period
+    status_path = f"/api/v1/nodes/{node.name}/status"
+    real_request = kubelet.api.request
+    on_its_way = threading.Event()
+    landed: list[tuple[int, str]] = []  # (resourceVersion, bootID) of each status the API took
+
+    def slow_heartbeat(method: str, path: str, **kw: Any) -> Any:
+        conditions = (kw.get("body") or {}).get("status", {}).get("conditions", [])
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        if path == status_path and ready and not on_its_way.is_set():
+            on_its_way.set()
+            time.sleep(0.5)  # built with the old bootID, still on the wire
+        answer = real_request(method, path, **kw)
+        if path == status_path and answer:
+            version = int(answer["metadata"]["resourceVersion"])
+            landed.append((version, answer["status"]["nodeInfo"]["bootID"]))
+        return answer
+
+    monkeypatch.setattr(kubelet.api, "request", slow_heartbeat)
+    before = node.boot_id
+    wait_for(on_its_way.is_set, what="the node's first heartbeat on its way", timeout=10)
+    kubelet.reboot(node.name)
+
+    def ready_again() -> bool:
+        return any(boot != before for _, boot in landed) and len(landed) >= 3
+
+    wait_for(ready_again, what="the heartbeat, NotReady and Ready after the reboot landed")
+    boots = [boot for _, boot in sorted(landed)]
+    assert boots[0] == before and boots[-1] == node.boot_id != before, boots
+    first_new = boots.index(node.boot_id)
+    assert before not in boots[first_new:], f"the old bootID came back after the new: {boots}"
 
 
 def test_simulated_package_pods_end_as_their_annotations_say(kube: Kube) -> None:

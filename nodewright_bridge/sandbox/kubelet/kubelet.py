@@ -411,19 +411,26 @@ class Kubelet:
     def reboot(self, name: str) -> None:
         """Reboot node ``name`` now (blocking for the NotReady part only)."""
         node = self.nodes[name]
+        # Under the node's status lock: a heartbeat already on its way (built with the old
+        # bootID, Ready) goes out before the new bootID, never after it; one due later sees the
+        # node rebooting and stays home (_finish_reboots sends the Ready after the reboot).
         with node.lock:
+            with self._lock:
+                self._ready_again[name] = float("inf")  # the kubelet is "down" from now on
             node.boot_id = new_boot_id()
-        log.info("rebooting %s (new bootID %s)", name, node.boot_id)
-        try:
-            self._patch_node_status(node, ready=False)
-        except Exception as exc:
-            if not api_unavailable(exc):
-                raise
-            # The reboot happens anyway; the Ready heartbeat after it carries the new bootID.
-            log.warning("reporting %s NotReady failed (the API is away): %s", name, exc)
+            log.info("rebooting %s (new bootID %s)", name, node.boot_id)
+            try:
+                self._patch_node_status(node, ready=False)
+            except Exception as exc:
+                if not api_unavailable(exc):
+                    raise
+                # The reboot happens anyway; the Ready heartbeat after it carries the new bootID.
+                log.warning("reporting %s NotReady failed (the API is away): %s", name, exc)
+            finally:
+                with self._lock:
+                    self._ready_again[name] = time.monotonic() + REBOOT_NOT_READY_SECONDS
         with self._lock:
             victims = [w for w in self.pods.values() if w.node is node and not w.terminal]
-            self._ready_again[name] = time.monotonic() + REBOOT_NOT_READY_SECONDS
         for worker in victims:
             self._queue.kick(worker.uid)
 
@@ -620,7 +627,11 @@ class Kubelet:
 
     def _heartbeat(self, node: SimNode) -> None:
         try:
-            self._patch_node_status(node, ready=True)
+            with node.lock:  # see reboot(): one status report of a node at a time
+                with self._lock:
+                    if node.name in self._ready_again:
+                        return  # rebooting: the Ready after it is _finish_reboots' heartbeat
+                self._patch_node_status(node, ready=True)
         except Exception as exc:
             level = logging.DEBUG if api_unavailable(exc) else logging.WARNING
             log.log(level, "heartbeat of %s failed: %s", node.name, exc)
