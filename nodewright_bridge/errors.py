@@ -4,8 +4,8 @@ Why classify by retry semantics and not by origin: the work queue, the write hel
 code decide *whether and when to try again* from the kind of error alone. A 409 means "re-read and
 retry now", a 429 from the Eviction API means "a PodDisruptionBudget refused; wait Retry-After", a
 403 means "our RBAC is wrong; retrying will not help", a connection reset means "back off and try
-again". The ``kubernetes`` client's ``ApiException`` and urllib3's errors never leave
-``nodewright_bridge.k8s``: they are wrapped at that edge by :func:`from_api_exception` /
+again". HTTP error answers and the transport's ``OSError``/``http.client`` errors never leave
+``nodewright_bridge.k8s``: they are wrapped at that edge by :func:`from_http` /
 :func:`from_transport_error` with the cause chained (``raise ... from exc``).
 
 The tree::
@@ -45,7 +45,6 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 # The API server's messages are short; a longer payload is an HTML error page or a whole object.
 # 512 keeps a Condition message readable and a log line on one screen.
@@ -183,40 +182,6 @@ class BadRequestError(PermanentApiError):
     """400 and any 4xx without a class of its own."""
 
 
-class ApiExceptionLike(Protocol):
-    """What we read from ``kubernetes.client.exceptions.ApiException`` (duck-typed on purpose,
-    so this module does not import the client)."""
-
-    @property
-    def status(self) -> int | None: ...
-
-    @property
-    def reason(self) -> str | None: ...
-
-    @property
-    def body(self) -> str | bytes | None: ...
-
-    @property
-    def headers(self) -> Mapping[str, str] | None: ...
-
-
-def from_api_exception(exc: ApiExceptionLike, *, eviction: bool = False) -> ApiError:
-    """Classify an ``ApiException`` into the tree above.
-
-    Args:
-        exc: The client's exception (status, reason, body as JSON ``Status``, headers).
-        eviction: The request was a POST to a pod's ``eviction`` subresource, where a 429 means a
-            PodDisruptionBudget refused (the API server also sets a cause of type
-            ``DisruptionBudget``; either is enough).
-
-    Returns:
-        The error to raise, with ``from exc`` at the call site.
-    """
-    return from_http(
-        int(exc.status or 0), exc.reason or "", exc.body, exc.headers, eviction=eviction
-    )
-
-
 def from_http(
     status_code: int,
     http_reason: str,
@@ -260,7 +225,7 @@ def from_http(
 
 
 def from_transport_error(exc: BaseException) -> UnreachableError:
-    """Wrap a transport failure (urllib3 / OSError) where no HTTP status came back."""
+    """Wrap a transport failure (``OSError``, ``http.client``) where no HTTP status came back."""
     return UnreachableError(f"API server unreachable: {type(exc).__name__}: {exc}")
 
 

@@ -13,7 +13,7 @@ import click
 
 from nodewright_bridge.errors import ConfigurationError
 
-if TYPE_CHECKING:  # the Kubernetes client loads only when a command connects (plan is offline)
+if TYPE_CHECKING:  # the API edge loads only when a command connects (plan is offline)
     from nodewright_bridge.k8s import resources
     from nodewright_bridge.k8s.rest import Rest
     from nodewright_bridge.metrics import Metrics
@@ -60,11 +60,11 @@ def kube_options(help_prefix: str = "") -> Callable[[F], F]:
 
 def connect(kubeconfig: str | None, context: str | None, metrics: Metrics | None = None) -> Rest:
     """A REST client for the cluster; a bad kubeconfig is bad input (exit 2)."""
-    from nodewright_bridge.k8s.client import ClientSettings, build_api_client  # noqa: PLC0415
+    from nodewright_bridge.k8s.client import ClientSettings  # noqa: PLC0415
     from nodewright_bridge.k8s.rest import Rest  # noqa: PLC0415 - see the TYPE_CHECKING note
 
     try:
-        return Rest(build_api_client(ClientSettings(kubeconfig, context), metrics=metrics))
+        return Rest.connect(ClientSettings(kubeconfig, context), metrics=metrics)
     except ConfigurationError as exc:
         raise CommandError(str(exc), EXIT_BAD_INPUT) from None
 

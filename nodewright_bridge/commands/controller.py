@@ -49,7 +49,7 @@ from nodewright_bridge.errors import (
     UnauthorizedError,
 )
 from nodewright_bridge.k8s import resources
-from nodewright_bridge.k8s.client import ClientSettings, build_api_client
+from nodewright_bridge.k8s.client import ClientSettings
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.metrics import Metrics
 from nodewright_bridge.runtime import allocator, collector, logformat, memdump
@@ -252,13 +252,12 @@ def run(
         sys.exit(2)
     metrics = Metrics()
     try:
-        api_client = build_api_client(
+        rest = Rest.connect(
             ClientSettings(kubeconfig=kubeconfig, context=kube_context), metrics=metrics
         )
     except ConfigurationError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    rest = Rest(api_client)
     problem = ensure_namespace(rest, namespace, create=create_namespace)
     if problem:
         click.echo(f"error: {problem}", err=True)

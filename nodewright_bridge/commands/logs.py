@@ -28,11 +28,9 @@ from nodewright_bridge.commands.common import (
 )
 from nodewright_bridge.controller import podspec
 from nodewright_bridge.controller.failure_logs import config_map_name
-from nodewright_bridge.errors import NotFoundError
+from nodewright_bridge.errors import ApiError, NotFoundError
 from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.rest import Rest
-
-LOG_READ_TIMEOUT_SECONDS = 10
 
 
 def _attempt(pod: JsonObject) -> int:
@@ -57,26 +55,17 @@ def _pods(rest: Rest, namespace: str, cr: str, node: str, package: str) -> list[
 
 
 def _read_log(rest: Rest, namespace: str, pod: str, *, follow: bool) -> Any:
-    """The pod's log (text, or a stream with ``follow``); None when it cannot be read."""
-    from kubernetes import client  # noqa: PLC0415 - the generated client loads only here
-    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-    api = client.CoreV1Api(rest.api_client)
+    """The pod's log (text, or with ``follow`` a stream); None when it cannot be read."""
+    path = resources.PODS.path(namespace=namespace, name=pod, subresource="log")
+    query = [("container", "agent")]
     try:
-        return api.read_namespaced_pod_log(
-            pod,
-            namespace,
-            container="agent",
-            follow=follow,
-            _preload_content=not follow,
-            _request_timeout=None if follow else LOG_READ_TIMEOUT_SECONDS,
-        )
-    except (ApiException, OSError, ValueError):
+        if follow:
+            return rest.stream(
+                path, query=[*query, ("follow", "true")], read_timeout=None, accept="*/*"
+            )
+        return rest.read_text(path, query=query)
+    except ApiError:
         return None
-    except Exception as exc:  # urllib3's errors (timeouts, refused) do not share a base with ours
-        if type(exc).__module__.startswith("urllib3"):
-            return None
-        raise
 
 
 def _tails(rest: Rest, namespace: str, cr: str, node: str, package: str) -> list[Any]:
@@ -115,10 +104,10 @@ def _follow(rest: Rest, namespace: str, pods: list[JsonObject]) -> bool:
         )
     click.echo(f"── following pod {name}")
     try:
-        for chunk in stream.stream():
+        for chunk in stream.chunks():
             click.echo(chunk.decode("utf-8", "replace"), nl=False)
     finally:
-        stream.release_conn()
+        stream.close()
     return True
 
 

@@ -15,9 +15,8 @@ from pathlib import Path
 
 PREFIX = Path("/opt/nwb")
 CONTEXT = Path("/ctx")
-# Installed with their packages but never imported by the controller or the CLI: the
-# Kubernetes client's asyncio twin (about 68 MB with its byte code) and Ansible's test tool.
-PRUNED = ("kubernetes/aio", "ansible_test")
+# Installed with its package but never imported by the controller or the CLI: Ansible's test tool.
+PRUNED = ("ansible_test",)
 
 
 def main() -> int:

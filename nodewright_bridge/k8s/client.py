@@ -1,31 +1,21 @@
-"""Building the API client: configuration, timeouts, and per-request metering.
-
-Why our own ``ApiClient`` subclass: every request of the process, through our raw REST helper or
-through a generated ``CoreV1Api`` method, passes ``ApiClient.call_api``. Overriding it once gives
-(a) a default timeout, so no call can hang forever on a half-dead connection, and (b) a count of
-requests by verb, resource and HTTP code, which the benchmark reports as API requests per node.
+"""Connecting to the cluster: settings, configuration loading, and request classification.
 
 Config loading order: an explicit ``--kubeconfig`` wins; else in-cluster (service account) when
-``KUBERNETES_SERVICE_HOST`` is set; else ``$KUBECONFIG`` / ``~/.kube/config``.
+``KUBERNETES_SERVICE_HOST`` is set; else ``$KUBECONFIG`` / ``~/.kube/config``
+(:mod:`nodewright_bridge.k8s.kubeconfig` reads them). Every request is classified by verb,
+resource and code (:func:`classify_request`), which the benchmark reports as requests per node.
 """
 
 from __future__ import annotations
 
 import http.client
 import logging
-import os
-import time
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
-
 from nodewright_bridge.errors import ConfigurationError
+from nodewright_bridge.k8s import kubeconfig
+from nodewright_bridge.k8s.kubeconfig import Connection
 from nodewright_bridge.metrics import Metrics
 
 logger = logging.getLogger(__name__)
@@ -34,8 +24,8 @@ logger = logging.getLogger(__name__)
 # Watches pass their own read timeout (server-side timeoutSeconds plus a margin).
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 30.0
-# One connection per informer watch (5) plus workers, event posting and the elector; urllib3
-# blocks instead of failing when the pool is exhausted, so leave headroom.
+# Idle keep-alive connections kept: workers, event posting and the elector (watches have their
+# own connection each and never come back to the pool).
 CONNECTION_POOL_SIZE = 48
 
 
@@ -49,96 +39,20 @@ class ClientSettings:
     read_timeout: float = DEFAULT_READ_TIMEOUT
 
 
-def load_configuration(settings: ClientSettings) -> k8s_client.Configuration:
-    """Resolve the cluster configuration (kubeconfig or in-cluster).
+def load_connection(settings: ClientSettings) -> Connection:
+    """Resolve the cluster connection (kubeconfig or in-cluster) and its first credentials, so a
+    broken token file or exec plugin fails here, before any work starts.
 
     Raises:
-        ConfigurationError: Nothing usable was found, or the context does not exist.
+        ConfigurationError: Nothing usable was found; the message names the file and field.
     """
-    configuration = k8s_client.Configuration()
     try:
-        if settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            source = "in-cluster service account"
-        else:
-            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=settings.kubeconfig,
-                context=settings.context,
-                client_configuration=configuration,
-            )
-            source = settings.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-    except (ConfigException, OSError, TypeError) as exc:
+        connection = kubeconfig.load(settings.kubeconfig, settings.context)
+        connection.credentials.authorization()
+    except ConfigurationError as exc:
         raise ConfigurationError(f"cannot load the cluster configuration: {exc}") from exc
-    configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
-    logger.debug("cluster configuration loaded", extra={"source": source})
-    return configuration
-
-
-def build_api_client(settings: ClientSettings, *, metrics: Metrics | None) -> MeteredApiClient:
-    """An API client for ``settings`` that counts its requests into ``metrics``."""
-    return MeteredApiClient(
-        load_configuration(settings),
-        metrics=metrics,
-        default_timeout=(settings.connect_timeout, settings.read_timeout),
-    )
-
-
-class MeteredApiClient(k8s_client.ApiClient):
-    """``ApiClient`` with a default timeout and request metrics.
-
-    Args:
-        configuration: From :func:`load_configuration`.
-        metrics: Where to count requests; None counts nothing.
-        default_timeout: ``(connect, read)`` seconds used when a call passes no timeout.
-    """
-
-    def __init__(
-        self,
-        configuration: k8s_client.Configuration,
-        *,
-        metrics: Metrics | None,
-        default_timeout: tuple[float, float],
-    ) -> None:
-        super().__init__(configuration)
-        self.user_agent = "nodewright-bridge"
-        self._metrics = metrics
-        self._default_timeout = default_timeout
-
-    def call_api(
-        self,
-        method: str,
-        url: str,
-        header_params: dict[str, str] | None = None,
-        body: Any = None,
-        post_params: Any = None,
-        _request_timeout: Any = None,
-    ) -> Any:
-        """Perform one HTTP request (the override point every client call passes through)."""
-        timeout = _request_timeout if _request_timeout is not None else self._default_timeout
-        started = time.monotonic()
-        code = "error"
-        try:
-            response = super().call_api(
-                method, url, header_params, body, post_params, _request_timeout=timeout
-            )
-            code = str(response.status)
-            return response
-        except ApiException as exc:
-            code = str(exc.status or "error")
-            raise
-        finally:
-            self.observe(method, url, code, time.monotonic() - started)
-
-    @property
-    def default_timeout(self) -> tuple[float, float]:
-        return self._default_timeout
-
-    def observe(self, method: str, url: str, code: str, seconds: float) -> None:
-        """Count one request (also those sent past ``call_api``, on the fast transport)."""
-        if self._metrics is not None:
-            verb, resource = classify_request(method, url)
-            self._metrics.api_requests.labels(verb, resource, code).inc()
-            self._metrics.api_latency.labels(verb).observe(seconds)
+    logger.debug("cluster configuration loaded", extra={"source": connection.source})
+    return connection
 
 
 def classify_request(method: str, url: str) -> tuple[str, str]:
@@ -183,9 +97,5 @@ def total_requests(metrics: Metrics) -> float:
     return total
 
 
-TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
-    urllib3.exceptions.HTTPError,
-    http.client.HTTPException,
-    OSError,
-)
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (http.client.HTTPException, OSError)
 """Exceptions meaning "no HTTP answer" (refused, reset, timed out, TLS)."""

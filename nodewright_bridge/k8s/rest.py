@@ -1,13 +1,11 @@
 """Raw REST calls on :class:`~nodewright_bridge.k8s.resources.Resource` descriptors.
 
-Why not the generated API classes: they deserialise every response into model objects (slow, and
-several times the memory of the JSON), have one method per kind, and raise ``ApiException``. Here
-every call returns the decoded JSON ``dict`` and raises :mod:`nodewright_bridge.errors` types;
-this module is the edge where the client's exceptions are wrapped. Requests go out on
-:mod:`nodewright_bridge.k8s.transport` (``http.client``; less than half the CPU per request);
-watches, and every request when the configuration needs a proxy, on the official client's
-urllib3 pool (``ApiClient.param_serialize`` / ``call_api``). Configuration and authentication are
-the official client's either way.
+Why not the official client's generated API classes: they deserialise every response into model
+objects (slow, and several times the memory of the JSON), have one method per kind, and the
+client's import alone is ~14 MB of resident memory. Here every call returns the decoded JSON
+``dict`` and raises :mod:`nodewright_bridge.errors` types; requests and watches go out on
+:mod:`nodewright_bridge.k8s.transport` (``http.client``), configured by
+:mod:`nodewright_bridge.k8s.kubeconfig`. Each request is counted into the process's metrics here.
 """
 
 from __future__ import annotations
@@ -21,12 +19,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from kubernetes import client as k8s_client
-from kubernetes.client.exceptions import ApiException
-
 from nodewright_bridge.errors import (
-    ApiError,
-    from_api_exception,
+    ConfigurationError,
+    UnreachableError,
     from_http,
     from_status_object,
     from_transport_error,
@@ -37,8 +32,13 @@ from nodewright_bridge.k8s.client import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
     TRANSPORT_ERRORS,
+    ClientSettings,
+    classify_request,
+    load_connection,
 )
+from nodewright_bridge.k8s.kubeconfig import Connection
 from nodewright_bridge.k8s.resources import Resource
+from nodewright_bridge.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -66,23 +66,39 @@ class PatchType(enum.StrEnum):
 
 
 class Rest:
-    """Generic create/read/update/patch/delete/list/watch on raw JSON objects."""
+    """Generic create/read/update/patch/delete/list/watch on raw JSON objects.
 
-    def __init__(self, api_client: k8s_client.ApiClient) -> None:
-        self.api_client = api_client
-        timeout = getattr(
-            api_client, "default_timeout", (DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT)
+    Args:
+        connection: From :func:`~nodewright_bridge.k8s.client.load_connection`.
+        metrics: Where to count requests by verb, resource and code; None counts nothing.
+        timeout: ``(connect, read)`` seconds of every request but watches and followed logs.
+    """
+
+    def __init__(
+        self,
+        connection: Connection,
+        *,
+        metrics: Metrics | None = None,
+        timeout: tuple[float, float] = (DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT),
+    ) -> None:
+        self.connection = connection
+        self._metrics = metrics
+        self._transport = transport.Transport(
+            connection, timeout=timeout, pool_size=CONNECTION_POOL_SIZE
         )
-        self._transport = transport.for_configuration(
-            api_client.configuration, timeout=timeout, pool_size=CONNECTION_POOL_SIZE
+
+    @classmethod
+    def connect(cls, settings: ClientSettings, *, metrics: Metrics | None = None) -> Rest:
+        """A client for the cluster ``settings`` name (raises ``ConfigurationError``)."""
+        return cls(
+            load_connection(settings),
+            metrics=metrics,
+            timeout=(settings.connect_timeout, settings.read_timeout),
         )
-        self._observe = getattr(api_client, "observe", None)
 
     def close(self) -> None:
-        """Close the idle connections and the client's pool."""
-        if self._transport is not None:
-            self._transport.close()
-        self.api_client.close()  # type: ignore[no-untyped-call]  # the client has no hints
+        """Close the idle connections."""
+        self._transport.close()
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -130,17 +146,43 @@ class Rest:
             query.append(("allowWatchBookmarks", "true"))
         _maybe(query, "labelSelector", label_selector)
         _maybe(query, "fieldSelector", field_selector)
-        response = self._send(
-            "GET",
+        stream = self.stream(
             resource.path(namespace=namespace),
             query=query,
-            body=None,
-            content_type=None,
-            timeout=(DEFAULT_CONNECT_TIMEOUT, timeout_seconds + WATCH_READ_MARGIN),
+            read_timeout=timeout_seconds + WATCH_READ_MARGIN,
         )
-        if not 200 <= response.status < 300:
-            raise self._error(response, eviction=False)
-        return WatchStream(response.response)
+        return WatchStream(stream)
+
+    def stream(
+        self,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        read_timeout: float | None,
+        accept: str = "application/json",
+    ) -> transport.Stream:
+        """A GET whose answer is read as it comes (a watch, a followed log), or an ``ApiError``."""
+        url = f"{path}?{urlencode(query)}" if query else path
+        started = time.monotonic()
+        code = "error"
+        try:
+            stream = self._transport.stream(
+                "GET", url, headers={"Accept": accept}, read_timeout=read_timeout
+            )
+            code = str(stream.status)
+        except TRANSPORT_ERRORS as exc:
+            raise from_transport_error(exc) from exc
+        except ConfigurationError as exc:
+            raise UnreachableError(f"no credentials for the API server: {exc}") from exc
+        finally:
+            self._observe("GET", url, code, time.monotonic() - started)
+        if not 200 <= stream.status < 300:
+            try:
+                data = stream.read()
+            except TRANSPORT_ERRORS as exc:
+                raise from_transport_error(exc) from exc
+            raise from_http(stream.status, stream.reason, data, stream.headers)
+        return stream
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -241,34 +283,27 @@ class Rest:
         ``metadata_only``: the answer may be just the object's metadata (``PartialObjectMetadata``).
         """
         accept = METADATA_ONLY if metadata_only else "application/json"
-        if self._transport is not None:
-            return self._fast(
-                method,
-                path,
-                query,
-                body,
-                content_type=content_type,
-                accept=accept,
-                eviction=eviction,
+        answer = self._answer(method, path, query, body, content_type=content_type, accept=accept)
+        if not 200 <= answer.status < 300:
+            raise from_http(
+                answer.status, answer.reason, answer.data, answer.headers, eviction=eviction
             )
-        response = self._send(
-            method,
-            path,
-            query=query,
-            body=body,
-            content_type=content_type,
-            timeout=None,
-            accept=accept,
-        )
-        if not 200 <= response.status < 300:
-            raise self._error(response, eviction=eviction)
-        try:
-            data = response.read()
-        except TRANSPORT_ERRORS as exc:
-            raise from_transport_error(exc) from exc
-        return _decoded(data)
+        return _decoded(answer.data)
 
-    def _fast(
+    def read_text(self, path: str, *, query: Sequence[tuple[str, str]] = ()) -> str:
+        """A GET whose answer is text (a pod's log), or raises an ``ApiError``."""
+        answer = self._answer("GET", path, query, None, content_type=None, accept="*/*")
+        if not 200 <= answer.status < 300:
+            raise from_http(answer.status, answer.reason, answer.data, answer.headers)
+        return answer.data.decode("utf-8", "replace")
+
+    def _observe(self, method: str, url: str, code: str, seconds: float) -> None:
+        if self._metrics is not None:
+            verb, resource = classify_request(method, url)
+            self._metrics.api_requests.labels(verb, resource, code).inc()
+            self._metrics.api_latency.labels(verb).observe(seconds)
+
+    def _answer(
         self,
         method: str,
         path: str,
@@ -277,9 +312,7 @@ class Rest:
         *,
         content_type: str | None,
         accept: str,
-        eviction: bool,
-    ) -> JsonObject:
-        assert self._transport is not None
+    ) -> transport.Answer:
         url = f"{path}?{urlencode(query)}" if query else path
         headers = _headers(accept, body, content_type)
         data = None
@@ -292,59 +325,11 @@ class Rest:
             code = str(answer.status)
         except TRANSPORT_ERRORS as exc:
             raise from_transport_error(exc) from exc
+        except ConfigurationError as exc:  # a token file gone, an exec plugin failing
+            raise UnreachableError(f"no credentials for the API server: {exc}") from exc
         finally:
-            if self._observe is not None:
-                self._observe(method, url, code, time.monotonic() - started)
-        if not 200 <= answer.status < 300:
-            raise from_http(
-                answer.status, answer.reason, answer.data, answer.headers, eviction=eviction
-            )
-        return _decoded(answer.data)
-
-    def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Sequence[tuple[str, str]],
-        body: object,
-        content_type: str | None,
-        timeout: tuple[float, float] | None,
-        accept: str = "application/json",
-    ) -> Any:
-        headers = _headers(accept, body, content_type)
-        serialized = self.api_client.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=list(query) or None,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        http_method, url, header_params, request_body, post_params = serialized
-        try:
-            return self.api_client.call_api(
-                http_method,
-                url,
-                header_params=header_params,
-                body=request_body,
-                post_params=post_params,
-                _request_timeout=timeout,
-            )
-        except ApiException as exc:
-            raise from_api_exception(exc) from exc
-        except TRANSPORT_ERRORS as exc:
-            raise from_transport_error(exc) from exc
-
-    @staticmethod
-    def _error(response: Any, *, eviction: bool) -> ApiError:
-        try:
-            data = response.read()
-        except TRANSPORT_ERRORS as exc:
-            return from_transport_error(exc)
-        return from_http(
-            response.status, response.reason or "", data, response.headers, eviction=eviction
-        )
+            self._observe(method, url, code, time.monotonic() - started)
+        return answer
 
 
 class WatchStream:
@@ -355,23 +340,15 @@ class WatchStream:
     :meth:`close` may be called from another thread to unblock a reader.
     """
 
-    def __init__(self, response: Any) -> None:
-        self._response = response
-        self._closed = False
+    def __init__(self, stream: transport.Stream) -> None:
+        self._stream = stream
 
     def __iter__(self) -> Iterator[tuple[str, JsonObject]]:
-        buffer = b""
         try:
-            for chunk in self._response.stream(65536, decode_content=True):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        yield self._decode(line)
-            if buffer.strip():
-                yield self._decode(buffer)
+            for line in self._stream.lines():
+                yield self._decode(line)
         except Exception as exc:
-            if self._closed:
+            if self._stream.closed:
                 return  # closed from another thread: whatever the read raised is expected
             if isinstance(exc, TRANSPORT_ERRORS):
                 raise from_transport_error(exc) from exc
@@ -389,24 +366,8 @@ class WatchStream:
         return kind, obj if isinstance(obj, dict) else {}
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._response.shutdown()  # unblocks a reader in another thread (urllib3 >= 2.3)
-        except (AttributeError, RuntimeError, ValueError):
-            # old urllib3; or the stream ended and the connection went back to the pool; or the
-            # server already dropped the connection (urllib3 raises ValueError: no socket to shut
-            # down). None of these may turn a clean watch end into an informer failure + relist.
-            pass
-        except TRANSPORT_ERRORS:
-            pass
-        try:
-            # Close the connection itself: a half-read watch must not go back into the pool.
-            self._response.close()
-            self._response.release_conn()
-        except TRANSPORT_ERRORS:
-            pass
+        """Unblocks a reader in another thread; the connection is never reused."""
+        self._stream.close()
 
     def __enter__(self) -> WatchStream:
         return self

@@ -49,7 +49,7 @@ from lifecycle.recovery import DEFAULT_OUTSIDE_RETRY, OutsideRetry
 from lifecycle.validating import VALIDATION_LABEL
 from nodewright_bridge.clock import SystemClock
 from nodewright_bridge.controller.wiring import ReconcilerSettings, reconciler_factory
-from nodewright_bridge.k8s.client import ClientSettings, build_api_client
+from nodewright_bridge.k8s.client import ClientSettings
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.metrics import Metrics
 from nodewright_bridge.runtime.manager import Manager, ManagerSettings
@@ -182,9 +182,7 @@ class InProcessController:
         outside_retry: OutsideRetry = DEFAULT_OUTSIDE_RETRY,
     ) -> None:
         self.metrics = Metrics()
-        api_client = build_api_client(
-            ClientSettings(kubeconfig=str(kubeconfig)), metrics=self.metrics
-        )
+        rest = Rest.connect(ClientSettings(kubeconfig=str(kubeconfig)), metrics=self.metrics)
         settings = ManagerSettings(
             identity=identity,
             namespace=NAMESPACE,
@@ -192,7 +190,7 @@ class InProcessController:
             leader_elect=leader_elect,
         )
         self.manager = Manager(
-            Rest(api_client),
+            rest,
             reconciler_factory(ReconcilerSettings(outside_retry=outside_retry)),
             settings,
             clock=SystemClock(),

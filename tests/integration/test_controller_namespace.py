@@ -18,13 +18,13 @@ from waiting import wait_for
 
 from nodewright_bridge import errors
 from nodewright_bridge.k8s import resources
-from nodewright_bridge.k8s.client import ClientSettings, build_api_client
+from nodewright_bridge.k8s.client import ClientSettings
 from nodewright_bridge.k8s.rest import Rest
 
 
 @pytest.fixture
 def rest(kube: Kube) -> Iterator[Rest]:
-    rest = Rest(build_api_client(ClientSettings(kubeconfig=str(kube.kubeconfig)), metrics=None))
+    rest = Rest.connect(ClientSettings(kubeconfig=str(kube.kubeconfig)), metrics=None)
     try:
         yield rest
     finally:

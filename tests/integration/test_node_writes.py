@@ -25,7 +25,7 @@ from nodewright_bridge.controller.executor import Executor
 from nodewright_bridge.controller.node_writes import NodeWork, Outcome
 from nodewright_bridge.controller.productmetrics import ProductMetrics
 from nodewright_bridge.k8s import resources
-from nodewright_bridge.k8s.client import ClientSettings, build_api_client
+from nodewright_bridge.k8s.client import ClientSettings
 from nodewright_bridge.k8s.events import EventRecorder
 from nodewright_bridge.k8s.patching import Writer
 from nodewright_bridge.k8s.rest import Rest
@@ -35,7 +35,7 @@ from nodewright_bridge.metrics import Metrics
 
 @pytest.fixture
 def rest(kube: Kube) -> Iterator[Rest]:
-    rest = Rest(build_api_client(ClientSettings(kubeconfig=str(kube.kubeconfig)), metrics=None))
+    rest = Rest.connect(ClientSettings(kubeconfig=str(kube.kubeconfig)), metrics=None)
     try:
         yield rest
     finally:

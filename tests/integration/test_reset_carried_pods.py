@@ -18,7 +18,7 @@ from lifecycle.nodestate import state_annotation, status_key
 from nodewright_bridge.cli import main
 from nodewright_bridge.commands.demo import CONTROLLER_NAMESPACE, ensure_namespace
 from nodewright_bridge.controller import podspec
-from nodewright_bridge.k8s.client import ClientSettings, build_api_client
+from nodewright_bridge.k8s.client import ClientSettings
 from nodewright_bridge.k8s.rest import Rest
 
 ENTRY = json.dumps({"stage": "apply", "state": "in_progress", "attempts": 1})
@@ -47,7 +47,7 @@ def test_reset_deletes_a_kept_pod_that_carried_its_start_and_keeps_the_others(
     (node,) = (n.name for n in kube.add_nodes(1))
     cr = f"reset-{uuid.uuid4().hex[:6]}"
     core = kube.core
-    rest = Rest(build_api_client(ClientSettings(kubeconfig=str(kube.kubeconfig)), metrics=None))
+    rest = Rest.connect(ClientSettings(kubeconfig=str(kube.kubeconfig)), metrics=None)
     ensure_namespace(rest, CONTROLLER_NAMESPACE)
     entry = {"tune|1.0.0": {"stage": "apply", "state": "erroring", "attempts": 3}}
     core.patch_node(

@@ -3,6 +3,7 @@ leader election with two electors, conditional writes, finalizers, Events, the m
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -24,13 +25,7 @@ from waiting import wait_for
 from nodewright_bridge import errors
 from nodewright_bridge.clock import SystemClock
 from nodewright_bridge.k8s import resources, store
-from nodewright_bridge.k8s.client import (
-    ClientSettings,
-    MeteredApiClient,
-    build_api_client,
-    load_configuration,
-    total_requests,
-)
+from nodewright_bridge.k8s.client import ClientSettings, load_connection, total_requests
 from nodewright_bridge.k8s.events import EventRecorder, ObjectRef
 from nodewright_bridge.k8s.patching import Writer
 from nodewright_bridge.k8s.resources import Resource
@@ -54,7 +49,7 @@ def metrics() -> Metrics:
 
 @pytest.fixture
 def rest(kube: Kube, metrics: Metrics) -> Iterator[Rest]:
-    rest = Rest(build_api_client(ClientSettings(kubeconfig=str(kube.kubeconfig)), metrics=metrics))
+    rest = Rest.connect(ClientSettings(kubeconfig=str(kube.kubeconfig)), metrics=metrics)
     try:
         yield rest
     finally:
@@ -514,12 +509,11 @@ def test_writes_that_only_need_metadata_get_only_metadata_back(kube: Kube, rest:
 
 
 def test_requests_verify_the_api_server_certificate_also_by_tls_server_name(kube: Kube) -> None:
-    configuration = load_configuration(ClientSettings(kubeconfig=str(kube.kubeconfig)))
-    configuration.tls_server_name = "kubernetes.default.svc"  # a name the certificate carries
-    rest = Rest(MeteredApiClient(configuration, metrics=None, default_timeout=(5.0, 30.0)))
+    connection = load_connection(ClientSettings(kubeconfig=str(kube.kubeconfig)))
+    # a name the certificate carries
+    rest = Rest(dataclasses.replace(connection, tls_server_name="kubernetes.default.svc"))
     assert rest.list(resources.NODES, limit=1)["kind"] == "NodeList"
-    configuration.tls_server_name = "not-the-api-server.example"
-    rest = Rest(MeteredApiClient(configuration, metrics=None, default_timeout=(5.0, 30.0)))
+    rest = Rest(dataclasses.replace(connection, tls_server_name="not-the-api-server.example"))
     with pytest.raises(errors.UnreachableError, match="certificate verify failed"):
         rest.list(resources.NODES, limit=1)
 

@@ -26,7 +26,7 @@ from lifecycle import stages
 from lifecycle.validation import load_nodewright
 from nodewright_bridge.cli import main
 from nodewright_bridge.commands import status
-from nodewright_bridge.k8s.client import ClientSettings, build_api_client, total_requests
+from nodewright_bridge.k8s.client import ClientSettings, total_requests
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.metrics import Metrics
 
@@ -265,7 +265,7 @@ def test_status_json_reports_conditions_compartments_and_each_nodes_state(
 def test_a_one_shot_status_costs_four_requests(rollout: Rollout, kube: Kube) -> None:
     rollout.create_cr()
     metrics = Metrics()
-    rest = Rest(build_api_client(ClientSettings(str(kube.kubeconfig)), metrics=metrics))
+    rest = Rest.connect(ClientSettings(str(kube.kubeconfig)), metrics=metrics)
     view = status.read_view(rest, rollout.name)
     assert len(view.nodes) == 6
     assert total_requests(metrics) == 4  # the CR, its policy, the targeted nodes, its pods

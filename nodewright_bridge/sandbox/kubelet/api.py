@@ -3,23 +3,21 @@
 Why not the generated ``kubernetes`` client: at a thousand nodes the kubelet spends its time
 (de)serializing models. This client sends and receives plain dicts on the controller's stdlib
 transport (:mod:`nodewright_bridge.k8s.transport`: on a 2-core machine every cycle the simulated
-kubelets spend is one the API server does not get), and streams watches line by line on urllib3.
+kubelets spend is one the API server does not get), watches included, read line by line.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
-import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-
+from nodewright_bridge.k8s import kubeconfig as kubeconfigs
 from nodewright_bridge.k8s import transport
 
 # One object as the API returns it; the kubelet reads only a few well-known fields.
@@ -49,43 +47,23 @@ class RawApi:
     """Plain-JSON access to one apiserver, configured from a kubeconfig file."""
 
     def __init__(self, kubeconfig: Path) -> None:
-        configuration = k8s_client.Configuration()
-        # The kubernetes package ships no type hints.
-        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=str(kubeconfig), client_configuration=configuration
-        )
-        parts = urlsplit(configuration.host)
-        self.host = configuration.host
-        self._pool = urllib3.HTTPSConnectionPool(
-            parts.hostname or "127.0.0.1",
-            parts.port or 443,
-            maxsize=POOL_SIZE,
-            block=True,
-            cert_reqs="CERT_REQUIRED",
-            ca_certs=configuration.ssl_ca_cert,
-            cert_file=configuration.cert_file,
-            key_file=configuration.key_file,
-            retries=False,
-        )
-        # A token kubeconfig: the client keeps "Bearer <token>" under api_key["BearerToken"].
-        bearer = (configuration.api_key or {}).get("BearerToken")
-        self._auth = {"Authorization": bearer} if bearer else {}
+        connection = kubeconfigs.from_kubeconfig([str(kubeconfig)])
+        self.host = connection.server
         self._transport = transport.Transport(
-            configuration, timeout=(10.0, REQUEST_TIMEOUT_SECONDS), pool_size=POOL_SIZE
+            connection, timeout=(10.0, REQUEST_TIMEOUT_SECONDS), pool_size=POOL_SIZE
         )
-        self._watches: set[urllib3.BaseHTTPResponse] = set()
+        self._watches: set[transport.Stream] = set()
         self._lock = threading.Lock()
 
     def close_watches(self) -> None:
         """End every open watch stream (their iterators then return)."""
         with self._lock:
             watches = list(self._watches)
-        for resp in watches:
-            _shutdown(resp)
+        for stream in watches:
+            stream.close()
 
     def close(self) -> None:
         self.close_watches()
-        self._pool.close()
         self._transport.close()
 
     def request(
@@ -119,41 +97,24 @@ class RawApi:
     ) -> Iterator[WatchEvent]:
         """Stream a watch until the server ends it (``timeoutSeconds``) or ``close()``."""
         params = {**query, "watch": "true", "timeoutSeconds": timeout_seconds}
-        resp = self._pool.request(
+        stream = self._transport.stream(
             "GET",
             path + "?" + urlencode(params),
-            headers={"Accept": "application/json", **self._auth},
-            preload_content=False,
-            timeout=urllib3.Timeout(connect=10, read=timeout_seconds + 30),
+            headers={"Accept": "application/json"},
+            read_timeout=timeout_seconds + 30,
         )
-        if resp.status >= 300:
-            body = resp.read().decode(errors="replace")
-            resp.release_conn()
-            raise ApiError(resp.status, body, f"WATCH {path}")
+        if stream.status >= 300:
+            body = stream.read().decode(errors="replace")
+            raise ApiError(stream.status, body, f"WATCH {path}")
         with self._lock:
-            self._watches.add(resp)
-        buffer = b""
+            self._watches.add(stream)
         try:
-            for chunk in resp.stream(65536):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        event = json.loads(line)
-                        yield WatchEvent(event["type"], event["object"])
-        except (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError, OSError):
+            for line in stream.lines():
+                event = json.loads(line)
+                yield WatchEvent(event["type"], event["object"])
+        except (http.client.HTTPException, OSError):
             return
         finally:
             with self._lock:
-                self._watches.discard(resp)
-            _shutdown(resp)
-
-
-def _shutdown(resp: urllib3.BaseHTTPResponse) -> None:
-    try:
-        shutdown = getattr(resp, "shutdown", None)
-        if shutdown is not None:
-            shutdown()
-        resp.close()
-    except Exception:  # closing a half-dead stream; nothing to recover
-        pass
+                self._watches.discard(stream)
+            stream.close()

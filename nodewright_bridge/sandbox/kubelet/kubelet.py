@@ -38,8 +38,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import urllib3
-
 from nodewright_bridge.sandbox.kubelet.api import MERGE, STRATEGIC, ApiError, Obj, RawApi
 from nodewright_bridge.sandbox.kubelet.nodes import SimNode, new_boot_id
 from nodewright_bridge.sandbox.kubelet.runners import (
@@ -93,7 +91,7 @@ def api_unavailable(exc: BaseException) -> bool:
     while seen is not None:
         if isinstance(seen, ApiError):
             return seen.status in _UNAVAILABLE_STATUS
-        if isinstance(seen, (OSError, http.client.HTTPException, urllib3.exceptions.HTTPError)):
+        if isinstance(seen, (OSError, http.client.HTTPException)):
             return True
         seen = seen.__cause__
     return False

@@ -1,19 +1,36 @@
-"""ApiException -> our error tree, by retry semantics."""
+"""An API server's error answer -> our error tree, by retry semantics."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from nodewright_bridge import errors
 
 
-def api_exception(
+@dataclass
+class ErrorAnswer:
+    """What the transport hands over of an error answer: status, reason, body, headers."""
+
+    status: int
+    reason: str
+    body: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def classify(answer: ErrorAnswer, *, eviction: bool = False) -> errors.ApiError:
+    return errors.from_http(
+        answer.status, answer.reason, answer.body, answer.headers, eviction=eviction
+    )
+
+
+def error_answer(
     status: int, reason: str = "", message: str = "", **details: object
-) -> ApiException:
-    exc = ApiException(status=status, reason=reason)
+) -> ErrorAnswer:
+    exc = ErrorAnswer(status=status, reason=reason)
     body = {
         "kind": "Status",
         "apiVersion": "v1",
@@ -50,7 +67,7 @@ def api_exception(
 def test_each_status_maps_to_its_retry_class(
     status: int, reason: str, expected: type[errors.ApiError], retryable: bool
 ) -> None:
-    error = errors.from_api_exception(api_exception(status, reason, "boom"))
+    error = classify(error_answer(status, reason, "boom"))
     assert type(error) is expected
     assert error.retryable is retryable
     assert error.status == status
@@ -58,7 +75,7 @@ def test_each_status_maps_to_its_retry_class(
 
 
 def test_invalid_carries_the_api_servers_field_messages() -> None:
-    exc = api_exception(
+    exc = error_answer(
         422,
         "Invalid",
         'NodeWright.bridge.nodewright.io "x" is invalid',
@@ -70,14 +87,14 @@ def test_invalid_carries_the_api_servers_field_messages() -> None:
             }
         ],
     )
-    error = errors.from_api_exception(exc)
+    error = classify(exc)
     assert isinstance(error, errors.InvalidError)
     assert [c.field for c in error.causes] == ["spec.packages.tuning.version"]
     assert "spec.packages.tuning.version: Invalid value" in str(error)
 
 
 def test_an_eviction_refused_by_a_pdb_names_the_budget_and_the_retry_delay() -> None:
-    exc = api_exception(
+    exc = error_answer(
         429,
         "TooManyRequests",
         "Cannot evict pod as it would violate the pod's disruption budget.",
@@ -89,7 +106,7 @@ def test_an_eviction_refused_by_a_pdb_names_the_budget_and_the_retry_delay() -> 
         ],
         retryAfterSeconds=10,
     )
-    error = errors.from_api_exception(exc)
+    error = classify(exc)
     assert isinstance(error, errors.DisruptionBudgetError)
     assert isinstance(error, errors.TemporaryApiError)
     assert error.retry_after == 10
@@ -97,30 +114,30 @@ def test_an_eviction_refused_by_a_pdb_names_the_budget_and_the_retry_delay() -> 
 
 
 def test_a_429_on_the_eviction_subresource_is_a_pdb_refusal_even_without_causes() -> None:
-    error = errors.from_api_exception(api_exception(429, "TooManyRequests", "x"), eviction=True)
+    error = classify(error_answer(429, "TooManyRequests", "x"), eviction=True)
     assert isinstance(error, errors.DisruptionBudgetError)
 
 
 def test_a_plain_429_is_throttling_and_reads_the_retry_after_header() -> None:
-    exc = api_exception(429, "TooManyRequests", "slow down")
+    exc = error_answer(429, "TooManyRequests", "slow down")
     exc.headers = {"Retry-After": "3"}
-    error = errors.from_api_exception(exc)
+    error = classify(exc)
     assert type(error) is errors.TooManyRequestsError
     assert error.retry_after == 3.0
 
 
 def test_a_non_json_body_becomes_the_message_truncated() -> None:
-    exc = ApiException(status=502, reason="Bad Gateway")
+    exc = ErrorAnswer(status=502, reason="Bad Gateway")
     exc.body = "<html>" + "x" * 5000
-    error = errors.from_api_exception(exc)
+    error = classify(exc)
     assert isinstance(error, errors.ServerError)
     assert error.message.startswith("<html>")
     assert len(error.message) == errors.MAX_MESSAGE
 
 
 def test_a_missing_body_falls_back_to_the_http_reason() -> None:
-    exc = ApiException(status=404, reason="Not Found")
-    error = errors.from_api_exception(exc)
+    exc = ErrorAnswer(status=404, reason="Not Found")
+    error = classify(exc)
     assert isinstance(error, errors.NotFoundError)
     assert error.message == "Not Found"
 

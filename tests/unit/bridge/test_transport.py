@@ -7,6 +7,7 @@ answers, error bodies. TLS and authentication are covered against the sandbox AP
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -15,12 +16,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
-from kubernetes import client as k8s_client
 from waiting import wait_for
 
 from nodewright_bridge import errors
 from nodewright_bridge.k8s import resources, transport
-from nodewright_bridge.k8s.client import MeteredApiClient
+from nodewright_bridge.k8s.kubeconfig import Connection, StaticToken
 from nodewright_bridge.k8s.rest import PatchType, Rest
 from nodewright_bridge.metrics import Metrics
 
@@ -108,10 +108,8 @@ def serve() -> Iterator[Callable[[Script], Server]]:
 
 
 def rest_for(server: Server, metrics: Metrics | None = None) -> Rest:
-    configuration = k8s_client.Configuration()
-    configuration.host = server.host
-    configuration.api_key = {"BearerToken": "Bearer sekret"}
-    return Rest(MeteredApiClient(configuration, metrics=metrics, default_timeout=(2.0, 5.0)))
+    connection = Connection(server=server.host, tls=None, credentials=StaticToken("sekret"))
+    return Rest(connection, metrics=metrics, timeout=(2.0, 5.0))
 
 
 def test_requests_reuse_one_connection_and_send_auth_and_json(serve) -> None:
@@ -193,9 +191,7 @@ def test_an_unreachable_api_server_is_a_clear_error() -> None:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()  # nothing listens there
-    configuration = k8s_client.Configuration()
-    configuration.host = f"http://127.0.0.1:{port}"
-    rest = Rest(MeteredApiClient(configuration, metrics=None, default_timeout=(1.0, 1.0)))
+    rest = Rest(Connection(server=f"http://127.0.0.1:{port}", tls=None), timeout=(1.0, 1.0))
     with pytest.raises(errors.UnreachableError, match="ConnectionRefused"):
         rest.get(resources.NODES, "a")
 
@@ -234,10 +230,132 @@ def test_requests_are_counted_by_verb_resource_and_code(serve) -> None:
     assert value == 1.0
 
 
-def test_a_proxy_configuration_keeps_the_urllib3_path() -> None:
-    configuration = k8s_client.Configuration()
-    configuration.host = "https://10.0.0.1:6443"
-    configuration.proxy = "http://proxy.internal:3128"
-    assert transport.for_configuration(configuration, timeout=(1, 1), pool_size=1) is None
-    configuration.proxy = None
-    assert transport.for_configuration(configuration, timeout=(1, 1), pool_size=1) is not None
+def connect_proxy(seen: list[str]) -> int:
+    """A real HTTP CONNECT proxy on a free port: tunnels each connection to where it is asked."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def pipe(a: socket.socket, b: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := a.recv(65536):
+                b.sendall(data)
+        with contextlib.suppress(OSError):
+            b.shutdown(socket.SHUT_WR)
+
+    def tunnel(client: socket.socket) -> None:
+        reader = client.makefile("rb")
+        head = []
+        while (line := reader.readline().decode().strip()) != "":
+            head.append(line)
+        seen.append("\n".join(head))
+        host, port = head[0].split()[1].rsplit(":", 1)
+        upstream = socket.create_connection((host, int(port)))
+        client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+        pipe(client, upstream)
+
+    def accept() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=tunnel, args=(client,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return int(listener.getsockname()[1])
+
+
+def test_a_proxy_url_tunnels_requests_with_connect_and_its_credentials(serve) -> None:
+    server = serve(lambda n, i, line, body: respond(200, {"via": "tunnel"}))
+    seen: list[str] = []
+    port = connect_proxy(seen)
+    connection = Connection(server=server.host, tls=None, proxy=f"http://user:pw@127.0.0.1:{port}")
+    rest = Rest(connection, timeout=(2.0, 5.0))
+    assert rest.get(resources.NODES, "a") == {"via": "tunnel"}
+    assert rest.get(resources.NODES, "b") == {"via": "tunnel"}
+    (head,) = seen  # one tunnel, kept alive for both requests
+    assert head.startswith(f"CONNECT 127.0.0.1:{server.sock.getsockname()[1]} HTTP/")
+    assert "Proxy-Authorization: Basic dXNlcjpwdw==" in head  # user:pw
+    assert server.requests[0][1] == "GET /api/v1/nodes/a HTTP/1.1"
+
+
+def test_an_https_proxy_url_is_refused_naming_the_field() -> None:
+    connection = Connection(server="https://10.0.0.1:6443", tls=None, proxy="socks5://p:1080")
+    with pytest.raises(errors.ConfigurationError, match="proxy-url 'socks5://p:1080'"):
+        Rest(connection)
+
+
+def watch_head() -> bytes:
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+
+
+def chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def test_a_watch_yields_events_split_across_chunks_and_ends_when_closed(serve) -> None:
+    first = json.dumps({"type": "ADDED", "object": {"metadata": {"name": "a"}}}).encode()
+    second = json.dumps({"type": "MODIFIED", "object": {"metadata": {"name": "b"}}}).encode()
+    # the second event comes in three pieces; the stream stays open after it (no last chunk)
+    pieces = [first + b"\n" + second[:7], second[7:20], second[20:] + b"\n"]
+    server = serve(lambda n, i, line, body: watch_head() + b"".join(chunk(p) for p in pieces))
+    rest = rest_for(server)
+    stream = rest.watch(resources.NODES, resource_version="1", timeout_seconds=300)
+    events: list[tuple[str, str]] = []
+
+    def read() -> None:
+        for kind, obj in stream:
+            events.append((kind, obj["metadata"]["name"]))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    wait_for(lambda: len(events) == 2, timeout=5)
+    assert reader.is_alive()  # blocked on the open stream
+    stream.close()
+    reader.join(timeout=5)
+    assert not reader.is_alive()
+    assert events == [("ADDED", "a"), ("MODIFIED", "b")]
+    line = server.requests[0][1]
+    assert line.startswith("GET /api/v1/nodes?watch=true&resourceVersion=1&timeoutSeconds=300")
+
+
+def test_a_watch_error_answer_is_classified(serve) -> None:
+    status = {"kind": "Status", "reason": "Expired", "message": "too old", "code": 410}
+    body = json.dumps(status).encode()
+    head = f"HTTP/1.1 410 Gone\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+    server = serve(lambda n, i, line, b: (head + "\r\n\r\n").encode() + body)
+    with pytest.raises(errors.ExpiredError, match="too old"):
+        rest_for(server).watch(resources.NODES, resource_version="1", timeout_seconds=5)
+
+
+class _TornDownResponse:
+    """An answer whose file went away under the reader, as close() from another thread leaves
+    it mid-read (CPython's chunked read1 then meets ``fp = None``)."""
+
+    status, reason = 200, "OK"
+
+    def getheaders(self) -> list[tuple[str, str]]:
+        return []
+
+    def read1(self, size: int) -> bytes:
+        raise AttributeError("'NoneType' object has no attribute 'readline'")
+
+
+class _NoConnection:
+    sock = None
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_stream_closed_from_another_thread_ends_quietly_but_a_live_one_raises() -> None:
+    stream = transport.Stream(_NoConnection(), _TornDownResponse())  # type: ignore[arg-type]
+    with pytest.raises(AttributeError):  # not closed: a real fault, told
+        list(stream.chunks())
+    stream.close()
+    assert list(stream.chunks()) == []  # closed: the end the closer asked for
+    assert list(stream.lines()) == []
