@@ -347,12 +347,8 @@ class WatchStream:
         try:
             for line in self._stream.lines():
                 yield self._decode(line)
-        except Exception as exc:
-            if self._stream.closed:
-                return  # closed from another thread: whatever the read raised is expected
-            if isinstance(exc, TRANSPORT_ERRORS):
-                raise from_transport_error(exc) from exc
-            raise
+        except TRANSPORT_ERRORS as exc:  # a closed stream just ends (transport.Stream)
+            raise from_transport_error(exc) from exc
         finally:
             self.close()
 

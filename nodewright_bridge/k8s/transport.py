@@ -270,7 +270,7 @@ class Stream:
                 if line.strip():
                     yield line
         last = b"".join(pending)
-        if last.strip():
+        if last.strip() and not self._closed:  # closed: the cut-off rest of a line, not a line
             yield last
 
     @property

@@ -47,8 +47,9 @@ class SimNode:
     boot_id: str = field(default_factory=new_boot_id)
     # Set by the kubelet: schedules a simulated reboot of this node on its loop.
     on_reboot_request: Callable[[SimNode], None] | None = field(default=None, repr=False)
-    # Held across a bootID change and across each status report: the API never sees a
-    # report built with the old bootID after one with the new.
+    # Held across a bootID change and across each heartbeat (the registration's report goes
+    # out before the node is served): the API never sees a report built with the old bootID
+    # after one with the new.
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property

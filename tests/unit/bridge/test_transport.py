@@ -334,14 +334,19 @@ def test_a_watch_error_answer_is_classified(serve) -> None:
 
 class _TornDownResponse:
     """An answer whose file went away under the reader, as close() from another thread leaves
-    it mid-read (CPython's chunked read1 then meets ``fp = None``)."""
+    it mid-read (CPython's chunked read1 then meets ``fp = None``), after ``sent``."""
 
     status, reason = 200, "OK"
+
+    def __init__(self, *sent: bytes) -> None:
+        self.sent = list(sent)
 
     def getheaders(self) -> list[tuple[str, str]]:
         return []
 
     def read1(self, size: int) -> bytes:
+        if self.sent:
+            return self.sent.pop(0)
         raise AttributeError("'NoneType' object has no attribute 'readline'")
 
 
@@ -359,3 +364,13 @@ def test_a_stream_closed_from_another_thread_ends_quietly_but_a_live_one_raises(
     stream.close()
     assert list(stream.chunks()) == []  # closed: the end the closer asked for
     assert list(stream.lines()) == []
+
+
+def test_a_stream_closed_mid_line_yields_its_whole_lines_and_not_the_cut_off_rest() -> None:
+    response = _TornDownResponse(b'{"type": "ADDED"}\n{"type": "MOD')
+    stream = transport.Stream(_NoConnection(), response)  # type: ignore[arg-type]
+    lines = []
+    for line in stream.lines():
+        lines.append(line)
+        stream.close()  # from "another thread", while the next read is under way
+    assert lines == [b'{"type": "ADDED"}']
