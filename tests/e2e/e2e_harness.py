@@ -320,6 +320,21 @@ class World:
                 return dict(cond)
         return None
 
+    def await_condition(
+        self, cr: str, kind: str, holds: Callable[[dict[str, Any]], bool]
+    ) -> dict[str, Any]:
+        """A condition is written with the CR status, a pass after the node state that caused
+        it: a test that saw the node state waits for the condition rather than reading it once."""
+
+        def matching() -> dict[str, Any] | None:
+            cond = self.condition(cr, kind)
+            return cond if cond is not None and holds(cond) else None
+
+        try:
+            return wait_for(matching, what=f"the {kind} condition")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last {kind}: {self.condition(cr, kind)}") from exc
+
     def cr_status(self, cr: str) -> dict[str, Any]:
         return dict(self.get_cr(cr).get("status") or {})
 

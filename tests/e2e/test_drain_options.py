@@ -177,8 +177,7 @@ def test_a_daemonset_pod_blocks_the_drain_unless_daemonsets_are_ignored(world: W
     entry = world.state(cr, node)["tune|1.0.0"]
     assert entry["cause"] == "drain", entry
     assert "not evictable with these drain options" in entry["message"], entry
-    blocked = world.condition(cr, "PDBBlocked")
-    assert blocked is not None and blocked["status"] == "True", blocked
+    blocked = world.await_condition(cr, "PDBBlocked", lambda c: c["status"] == "True")
     assert f"{ns}/{agent.metadata.name}" in blocked["message"], blocked
     assert "ignoreDaemonSets" in blocked["message"], blocked
     # Setting the option back clears the cause: the node comes back and the pod stays.

@@ -39,8 +39,7 @@ def test_an_unpullable_image_is_the_nodes_erroring_reason_at_the_pull_deadline(
     assert "ErrImagePull" in message or "ImagePullBackOff" in message, message
     assert f"{FLAKY_REGISTRY}/ghost" in message and "within 3s" in message, message
     assert "re-attempt at" in message, message
-    degraded = world.condition(cr, "Degraded")
-    assert degraded is not None and "could not start within 3s" in degraded["message"], degraded
+    world.await_condition(cr, "Degraded", lambda c: "could not start within 3s" in c["message"])
     wait_for(lambda: not world.package_pods(cr), what="the stuck pod deleted")
     assert world.node_status(cr, first) == "complete"
     world.env.runner.failing_pulls.discard(node)
