@@ -12,6 +12,10 @@ Guarantees / caveats:
 - Keys are ``namespace/name`` for namespaced objects and ``name`` for cluster-scoped ones.
 - ``index_serial`` tells a reader whether what it derived from one index value still holds
   (a number, not a walk of the objects: a pass over 5,000 settled nodes asks it twice per node).
+- ``changed_since`` / ``index_changed_since`` tell a reader which keys (index values) were
+  written since a ``serial`` it read, in O(changed): a pass that keeps what it derived per node
+  re-derives only those. The journal forgets the oldest deletions once it outgrows the live
+  objects (bounded memory under pod churn); a reader older than that gets None and re-reads all.
 """
 
 from __future__ import annotations
@@ -67,6 +71,9 @@ class Store:
         # index name -> index value -> the write serial that last changed its objects
         self._serial = 0
         self._changed: dict[str, dict[str, int]] = {n: {} for n in self._indexers}
+        # what changed when: every key, and every value of each index (``_Journal``)
+        self._journal = _Journal()
+        self._index_journals: dict[str, _Journal] = {n: _Journal() for n in self._indexers}
 
     # -- readers -----------------------------------------------------------------------------
 
@@ -104,6 +111,28 @@ class Store:
         with self._lock:
             return self._changed[index].get(value, 0)
 
+    @property
+    def serial(self) -> int:
+        """The serial of the last write: what ``changed_since`` is later asked with."""
+        with self._lock:
+            return self._serial
+
+    def changed_since(self, serial: int) -> list[str] | None:
+        """Keys put or deleted after ``serial`` (each once, newest first), or None when the
+        journal no longer reaches back that far: then anything may have changed."""
+        with self._lock:
+            return self._journal.since(serial)
+
+    def index_changed_since(self, index: str, serial: int) -> list[str] | None:
+        """Values of index ``index`` whose objects were added, replaced or removed after
+        ``serial`` (newest first), or None when the journal no longer reaches back that far.
+
+        Raises:
+            KeyError: No indexer of that name.
+        """
+        with self._lock:
+            return self._index_journals[index].since(serial)
+
     def index_values(self, index: str) -> list[str]:
         with self._lock:
             return [v for v, keys in self._indices[index].items() if keys]
@@ -124,6 +153,7 @@ class Store:
             old = self._items.get(key)
             self._items[key] = obj
             self._reindex(key, obj)
+            self._journal.note(key, self._serial, live=len(self._items), gone=False)
             return old
 
     def delete(self, key: str) -> JsonObject | None:
@@ -132,6 +162,7 @@ class Store:
             old = self._items.pop(key, None)
             if old is not None:
                 self._reindex(key, None)
+                self._journal.note(key, self._serial, live=len(self._items), gone=True)
             return old
 
     def _reindex(self, key: str, obj: JsonObject | None) -> None:
@@ -140,6 +171,7 @@ class Store:
             previous = self._indexed[name].pop(key, ())
             index = self._indices[name]
             changed = self._changed[name]
+            journal = self._index_journals[name]
             for value in previous:
                 keys = index.get(value)
                 if keys is not None:
@@ -153,6 +185,57 @@ class Store:
                 for value in values:
                     index.setdefault(value, set()).add(key)
                     changed[value] = self._serial
-            for value in previous:
-                if value not in index:
+            for value in (*previous, *values):
+                gone = value not in index
+                if gone:
                     changed.pop(value, None)  # nothing there: 0, and memory stays bounded
+                journal.note(value, self._serial, live=len(index), gone=gone)
+
+
+class _Journal:
+    """Names (keys or index values) by the serial of their last change, oldest first.
+
+    Why a dict: re-inserting a name moves it to the end, so the names changed after a serial are
+    a walk back from the end that stops at the first older one, O(changed). A name whose object
+    is gone stays (a reader must learn of the removal) until the gone ones outnumber the live
+    ones by ``SLACK``; then the oldest half are dropped and ``_horizon`` (the newest serial
+    dropped) turns away readers older than it."""
+
+    __slots__ = ("_gone", "_horizon", "_serials")
+
+    SLACK = 1024
+
+    def __init__(self) -> None:
+        self._serials: dict[str, int] = {}
+        self._gone: set[str] = set()
+        self._horizon = 0
+
+    def note(self, name: str, serial: int, *, live: int, gone: bool) -> None:
+        self._serials.pop(name, None)
+        self._serials[name] = serial
+        if gone:
+            self._gone.add(name)
+            if len(self._gone) > live + self.SLACK:
+                self._forget_oldest_gone(keep=live // 2)
+        else:
+            self._gone.discard(name)
+
+    def since(self, serial: int) -> list[str] | None:
+        if serial < self._horizon:
+            return None
+        out = []
+        for name in reversed(self._serials):
+            if self._serials[name] <= serial:
+                break
+            out.append(name)
+        return out
+
+    def _forget_oldest_gone(self, keep: int) -> None:
+        drop = len(self._gone) - keep
+        for name in list(self._serials):
+            if drop <= 0:
+                break
+            if name in self._gone:
+                self._horizon = max(self._horizon, self._serials.pop(name))
+                self._gone.discard(name)
+                drop -= 1
