@@ -89,6 +89,7 @@ class Executor:
         on_node_written: Callable[[str, str], None],
         clock: Clock,
         foreground: Foreground | None = None,
+        on_pod_started: Callable[[str], None] = lambda node: None,
     ) -> None:
         # Pod starts run as foreground work; background pod deletes (and Events) wait for them.
         self.foreground = foreground or Foreground()
@@ -98,7 +99,13 @@ class Executor:
         self._on_node_written = on_node_written
         self._deletes = PodDeletes(rest, writer, namespace, self.foreground, clock)
         self._starts = PodStarts(
-            rest, writer, namespace, metrics, clock, creating=self._deletes.forget
+            rest,
+            writer,
+            namespace,
+            metrics,
+            clock,
+            creating=self._deletes.forget,
+            started=on_pod_started,
         )
         self._evictions = Evictions(rest, writer, metrics)
         self._written_statuses: dict[tuple[str, str], Status] = {}

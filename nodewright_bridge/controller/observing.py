@@ -15,8 +15,10 @@ but still carries keys of are collected for release, and two kinds of node are s
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -95,14 +97,94 @@ class Targeting:
             del self._rows[name]
 
 
+class Touched:
+    """Nodes whose "stale" answer may have changed without a cache event: this process wrote
+    the Node or created a pod there (any CR). Numbered like a store's journal, so a pass asks
+    for the nodes touched since the one before it in O(touched)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._serial = 0
+        self._nodes: dict[str, int] = {}  # node -> serial of its last touch, oldest first
+
+    @property
+    def serial(self) -> int:
+        with self._lock:
+            return self._serial
+
+    def touch(self, node: str) -> None:
+        """Call *after* the write is in the memory ``stale`` reads."""
+        with self._lock:
+            self._serial += 1
+            self._nodes.pop(node, None)
+            self._nodes[node] = self._serial
+
+    def since(self, serial: int) -> list[str]:
+        with self._lock:
+            out = []
+            for node in reversed(self._nodes):
+                if self._nodes[node] <= serial:
+                    break
+                out.append(node)
+            return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """What one pass made of one node (``_NodeObserver.row``)."""
+
+    mine: bool
+    held: releasing.HeldNode | None = None  # not targeted, still tracked by the CR
+    departed: snapshot.NodeSnapshot | None = None  # not targeted, carries the batch record
+    new_node: releasing.HeldNode | None = None  # an auto-taint candidate
+    kind: str = ""  # "snaps", "stale" or "malformed" for a targeted node
+    snap: snapshot.NodeSnapshot | None = None
+
+
+@dataclass(slots=True)
+class _Observed:
+    inputs: tuple[object, ...]  # what every row depends on besides its own node
+    serials: tuple[int, int, int, int]  # nodes, package pods, pods, touched: when it was read
+    rows: dict[str, _Row]
+
+
+class ObservedRows:
+    """Each CR's rows of its last pass, so the next one re-observes only the nodes that changed
+    (the Node, the pods on it, a write or pod of ours there) and the ones that were stale; any
+    change of what every row depends on (the CR objects, the PDBs, the paused or disabled flags)
+    re-observes all. The walk over the nodes stays, in the store's order (what the planners'
+    output order comes from), but an unchanged node costs a lookup."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, _Observed] = {}
+
+    def get(self, cr: str) -> _Observed | None:
+        return self._kept.get(cr)
+
+    def put(self, cr: str, observed: _Observed) -> None:
+        self._kept[cr] = observed
+
+    def keep_only(self, crs: Iterable[str]) -> None:
+        alive = set(crs)
+        for name in [n for n in self._kept if n not in alive]:
+            del self._kept[name]
+
+
+# Debugging and tests: each pass also observes every node afresh and fails if the two differ.
+VERIFY_ENV = "NWB_VERIFY_OBSERVE"
+
+
 @dataclass(frozen=True, slots=True)
 class Caches:
-    """The stores and the controller's own write memory an observation reads."""
+    """The stores and the controller's own write memory an observation reads (``touched`` and
+    ``observed``: both or neither; without them every pass observes every node)."""
 
     stores: snapshot.Stores
     settled: SettledNodes
     stale: Callable[[Mapping[str, Any]], bool]  # the node's cache lags a write of ours
     targeting: Targeting = field(default_factory=Targeting)
+    touched: Touched | None = None
+    observed: ObservedRows | None = None
 
 
 def targeted(cr: NodeWright, nodes: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -122,9 +204,20 @@ def observe(
     """Read everything one pass of ``cr`` plans from (see the module docstring)."""
     stores = cached.stores
     name = cr.metadata.name
+    # Serials first, objects after (``store.Store.index_serial``): a write in between shows as
+    # a change next time, never the reverse.
+    serials = (
+        stores.nodes.serial,
+        stores.package_pods.serial,
+        stores.pods.serial,
+        cached.touched.serial if cached.touched is not None else 0,
+    )
+    pdb_serial = stores.pdbs.serial
     nodes = stores.nodes.values()
     targeted_by = {c.metadata.name: cached.targeting.targeted(c, nodes) for c in crs}
     cached.targeting.keep_only(targeted_by)
+    if cached.observed is not None:
+        cached.observed.keep_only(targeted_by)
     mine = frozenset(targeted_by[name])
     progress = [
         sequencing.CRProgress.of(
@@ -151,38 +244,135 @@ def observe(
     budgets = stores.pdbs.values()
     pdbs = snapshot.PdbIndex.of(budgets)
     cached.settled.use_pass_inputs(name, crs, budgets)
-    record_key = batch_annotation(name)
-    auto_taint = cr.spec.runtime_required and cr.spec.auto_taint_new_nodes
+    auto_taint = bool(cr.spec.runtime_required and cr.spec.auto_taint_new_nodes)
+    observer = _NodeObserver(cr, crs, stores, pdbs, cached, paused, disabled, auto_taint)
+    observed = cached.observed
+    if observed is None or cached.touched is None:
+        for node in nodes:
+            node_name = str(snapshot.meta_of(node).get("name"))
+            _add(seen, node_name, observer.row(node, node_name, node_name in mine))
+        return seen
+    inputs = (cr, *crs, pdb_serial, paused, disabled, auto_taint)
+    kept = observed.get(name)
+    dirty = _changed(stores, cached.touched, kept, inputs)
+    rows: dict[str, _Row] = {}
     for node in nodes:
         node_name = str(snapshot.meta_of(node).get("name"))
-        if node_name not in mine:
+        targeted = node_name in mine
+        row = None
+        if kept is not None and dirty is not None and node_name not in dirty:
+            row = kept.rows.get(node_name)
+            if row is not None and row.mine != targeted:
+                row = None
+        if row is None:
+            row = observer.row(node, node_name, targeted)
+        rows[node_name] = row
+        _add(seen, node_name, row)
+    made = _Observed(inputs, serials, rows)
+    observed.put(name, made)
+    if os.environ.get(VERIFY_ENV):
+        moved = _changed(stores, cached.touched, replace(made, rows={}), inputs)
+        if moved is not None:  # else the journal overflowed meanwhile: nothing to compare
+            _verify(rows, observer, nodes, mine, moved)
+    return seen
+
+
+def _changed(
+    stores: snapshot.Stores, touched: Touched, kept: _Observed | None, inputs: tuple[object, ...]
+) -> set[str] | None:
+    """The nodes to observe afresh since ``kept`` was made, or None for all of them."""
+    if kept is None or kept.inputs != inputs:
+        return None
+    nodes, package_pods, pods, touches = kept.serials
+    changed = stores.nodes.changed_since(nodes)
+    on_package = stores.package_pods.index_changed_since(caches.BY_NODE, package_pods)
+    on_pods = stores.pods.index_changed_since(caches.BY_NODE, pods)
+    if changed is None or on_package is None or on_pods is None:
+        return None
+    dirty = {*changed, *on_package, *on_pods, *touched.since(touches)}
+    # a stale node turns fresh without an event (an awaited pod forgotten after a while)
+    dirty.update(n for n, row in kept.rows.items() if row.kind == "stale")
+    return dirty
+
+
+def _add(seen: Observation, node: str, row: _Row) -> None:
+    if row.held is not None:
+        seen.held.append(row.held)
+    if row.departed is not None:
+        seen.departed.append(row.departed)
+    if row.new_node is not None:
+        seen.new_nodes.append(row.new_node)
+    if row.snap is not None:
+        getattr(seen, row.kind)[node] = row.snap
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeObserver:
+    """Observes one node for one pass (``row``)."""
+
+    cr: NodeWright
+    crs: list[NodeWright]
+    stores: snapshot.Stores
+    pdbs: snapshot.PdbIndex
+    cached: Caches
+    paused: bool
+    disabled: bool
+    auto_taint: bool
+
+    def row(self, node: Mapping[str, Any], name: str, targeted: bool) -> _Row:
+        cr, stores = self.cr, self.stores
+        cr_name = cr.metadata.name
+        if not targeted:
             held = snapshot.held_node(
-                name, node, stores.package_pods.by_index(caches.BY_NODE, node_name)
+                cr_name, node, stores.package_pods.by_index(caches.BY_NODE, name)
             )
-            if releasing.tracked(name, held):
-                seen.held.append(held)
-            if record_key in snapshot.annotations_of(node):
-                seen.departed.append(
-                    snapshot.snapshot_node(
-                        cr, node, stores, pdbs, node_index=caches.BY_NODE, crs=crs
-                    )
+            departed = None
+            if batch_annotation(cr_name) in snapshot.annotations_of(node):
+                departed = snapshot.snapshot_node(
+                    cr, node, stores, self.pdbs, node_index=caches.BY_NODE, crs=self.crs
                 )
-            continue
-        if auto_taint:
-            seen.new_nodes.append(snapshot.held_node(name, node))
-        kept = cached.settled.get(
-            cr, node, stores, paused=paused, disabled=disabled, node_index=caches.BY_NODE
+            return _Row(
+                mine=False,
+                held=held if releasing.tracked(cr_name, held) else None,
+                departed=departed,
+            )
+        new_node = snapshot.held_node(cr_name, node) if self.auto_taint else None
+        kept = self.cached.settled.get(
+            cr,
+            node,
+            stores,
+            paused=self.paused,
+            disabled=self.disabled,
+            node_index=caches.BY_NODE,
         )
         snap = kept or snapshot.snapshot_node(
-            cr, node, stores, pdbs, node_index=caches.BY_NODE, crs=crs
+            cr, node, stores, self.pdbs, node_index=caches.BY_NODE, crs=self.crs
         )
         if snap.state_error is not None:
-            seen.malformed[node_name] = snap
-        elif cached.stale(node):
-            seen.stale[node_name] = snap
+            kind = "malformed"
+        elif self.cached.stale(node):
+            kind = "stale"
         else:
-            seen.snaps[node_name] = snap
-    return seen
+            kind = "snaps"
+        return _Row(mine=True, new_node=new_node, kind=kind, snap=snap)
+
+
+def _verify(
+    rows: Mapping[str, _Row],
+    observer: _NodeObserver,
+    nodes: Sequence[Mapping[str, Any]],
+    mine: frozenset[str],
+    moved: set[str],
+) -> None:
+    """``VERIFY_ENV``: observe every node afresh and fail if a kept row says otherwise (nodes
+    that changed while the pass ran, ``moved``, may differ and are left out)."""
+    for node in nodes:
+        name = str(snapshot.meta_of(node).get("name"))
+        if name in moved:
+            continue
+        fresh = observer.row(node, name, name in mine)
+        if rows.get(name) != fresh:
+            raise AssertionError(f"incremental observe of {name}: {rows.get(name)} != {fresh}")
 
 
 def node_statuses(seen: Observation, written: Callable[[str], Status | None]) -> dict[str, Status]:

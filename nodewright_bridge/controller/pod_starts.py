@@ -54,11 +54,14 @@ class PodStarts:
         clock: Clock,
         *,
         creating: Callable[[str], None] = lambda name: None,
+        started: Callable[[str], None] = lambda node: None,
     ) -> None:
         """``creating(name)`` is told before a pod named ``name`` is created (a delete of an
-        earlier pod of that name is no longer the latest word on it)."""
+        earlier pod of that name is no longer the latest word on it); ``started(node)`` after a
+        node pod was created on ``node`` (the node now awaits it: ``awaiting``)."""
         self._rest = rest
         self._creating = creating
+        self._started = started
         self._writer = writer
         self._namespace = namespace
         self._metrics = metrics
@@ -219,6 +222,7 @@ class PodStarts:
         with self._lock:
             key = f"{self._namespace}/{pod['metadata']['name']}"
             self._unseen.setdefault(request.node, {})[key] = self._clock.monotonic()
+        self._started(request.node)
         self._metrics.pods_created.labels(request.cr.metadata.name, kind).inc()
         return pod
 

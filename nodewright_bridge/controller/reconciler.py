@@ -136,6 +136,8 @@ class NodeWrightReconciler:
         # (recentFailures and batch states would otherwise be lost).
         self._statuses: dict[str, tuple[int, NodeWrightStatus]] = {}
         self._targeting = observing.Targeting()
+        self._touched = observing.Touched()  # nodes whose "stale" answer may have changed
+        self._observed = observing.ObservedRows()
         self._planner = planning.NodePlanner(
             stores, SettledNodes(), outside_retry, failed_pod_ttl=failed_pod_ttl
         )
@@ -149,6 +151,7 @@ class NodeWrightReconciler:
             on_node_written=self._node_written,
             clock=clock,
             foreground=foreground,
+            on_pod_started=self._touched.touch,
         )
 
     # -- bookkeeping -------------------------------------------------------------------------
@@ -158,6 +161,7 @@ class NodeWrightReconciler:
         with self._lock:
             if value > self._written.get(node, -1):
                 self._written[node] = value
+        self._touched.touch(node)
 
     def _stale(self, node: Mapping[str, Any]) -> bool:
         meta = snapshot.meta_of(node)
@@ -248,7 +252,14 @@ class NodeWrightReconciler:
         self._planner.use_secret_data(
             name, snapshot.secret_data(cr, self._stores.secrets, self._namespace)
         )
-        cached = observing.Caches(self._stores, self._planner.settled, self._stale, self._targeting)
+        cached = observing.Caches(
+            self._stores,
+            self._planner.settled,
+            self._stale,
+            self._targeting,
+            touched=self._touched,
+            observed=self._observed,
+        )
         seen = observing.observe(cr, old, now, crs=crs, policy=self._policy(cr), cached=cached)
         written = {n: self.executor.written_status(name, n) for n in seen.stale}
         checking = None

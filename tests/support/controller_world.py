@@ -131,12 +131,18 @@ class ControllerWorld:
             secrets=by_kind.get("secrets", ()),
         )
         for field in fields(snapshot.Stores):
+            # as an informer does: only what changed is delivered (so a pass's kept rows and
+            # views are reused here as they are in a cluster)
             mine, theirs = getattr(self.stores, field.name), getattr(fresh, field.name)
-            old_keys, new_keys = mine.keys(), theirs.keys()  # copies
+            old_keys, new_keys = mine.keys(), theirs.keys()  # copies, in the API's order
+            kept = set(new_keys)
             for key in old_keys:
-                mine.delete(key)
+                if key not in kept:
+                    mine.delete(key)
             for key in new_keys:
-                mine.put(key, theirs.get(key))
+                obj = theirs.get(key)
+                if mine.get(key) != obj:
+                    mine.put(key, obj)
 
     def step(self, cr: str) -> Result:
         """Sync the caches and reconcile ``cr`` once."""
