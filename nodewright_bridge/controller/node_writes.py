@@ -14,7 +14,8 @@ API round trip the next batch may wait for.
   pool (:data:`NODE_CONCURRENCY`), one node's actions in order on one thread, a node that starts
   pods as soon as the pass has planned it; in a pass that picks no batch, every node so.
 - While a pass writes pod starts or Node results, background senders (pod deletes, Events)
-  wait (``Foreground``); work that only queues deletes or Events holds nobody back.
+  wait (``Foreground``); work that only queues deletes or Events holds nobody back. Work that
+  only deletes pods is queued on the pass's own thread, never handed to the node threads.
 - The vars ConfigMap of a package is created once per pass, while the first Node writes go out
   (pod creates wait for it).
 - Bookkeeping (nodes that start no pod and take no batch record) is written at most
@@ -225,6 +226,8 @@ class WorkApplier(Protocol):
 
     def write_annotations(self, node: str, annotations: Mapping[str, str | None]) -> None: ...
 
+    def delete_pod_soon(self, name: str) -> None: ...
+
 
 _STARTS_PODS = (actions.CreatePackagePod, actions.CreateInterruptPod)
 # Actions a pass only hands to background senders (or that send nothing).
@@ -234,6 +237,16 @@ _FREE = (actions.DeletePod, actions.EmitEvent, actions.VerifyReboot)
 def writes_node(work: NodeWork) -> bool:
     """The work writes the Node (or drains it): more than queueing pod deletes and Events."""
     return bool(work.annotations) or any(not isinstance(a, _FREE) for a in work.actions)
+
+
+def only_deletes(work: NodeWork) -> bool:
+    """The work only queues pod deletes: nothing to write, post or wait for on a thread."""
+    return (
+        bool(work.actions)
+        and all(isinstance(a, actions.DeletePod) for a in work.actions)
+        and not work.annotations
+        and not work.events
+    )
 
 
 def is_bookkeeping(work: NodeWork) -> bool:
@@ -295,6 +308,16 @@ class NodeWrites:
     def add(self, work: NodeWork) -> None:
         """Hand over one node's work: started now if it starts pods or nothing is held (see
         the class docstring), else held until the end."""
+        if only_deletes(work):
+            # Queued here, not on a node thread: a finished pod waits for its delete over many
+            # passes (the senders yield to pod starts and results), and handing thousands of
+            # such nodes to the pool each pass cost a 5,000-node pass with 2,000 pods awaiting
+            # their delete 0.30 s CPU instead of 0.12 s (the senders drop repeated names).
+            for action in work.actions:
+                if isinstance(action, actions.DeletePod):
+                    self._executor.delete_pod_soon(action.name)
+            self.counts.written += 1
+            return
         starts = [a for a in work.actions if isinstance(a, _STARTS_PODS)]
         if not starts:
             bookkeeping = is_bookkeeping(work)

@@ -37,6 +37,7 @@ class Applier:
     def __init__(self) -> None:
         self.foreground = Foreground()
         self.applied: list[str] = []
+        self.deleted: list[str] = []  # pod deletes queued (on the caller's thread)
         self.first = threading.Event()
         self._lock = threading.Lock()
 
@@ -58,6 +59,9 @@ class Applier:
 
     def write_annotations(self, node: str, annotations: Mapping[str, str | None]) -> None:
         raise AssertionError("no record of a node without work in these tests")
+
+    def delete_pod_soon(self, name: str) -> None:
+        self.deleted.append(name)
 
 
 def work(name: str, *acts: actions.Action) -> NodeWork:
@@ -98,7 +102,8 @@ def test_bookkeeping_over_the_cap_waits_for_the_next_pass_and_other_work_does_no
         for name in names:
             writes.add(result(name))
         writes.add(delete_only)
-    assert sorted(applier.applied) == sorted([*names[:BOOKKEEPING_PER_PASS], "gone"])
+    assert sorted(applier.applied) == sorted(names[:BOOKKEEPING_PER_PASS])
+    assert applier.deleted == ["p"]
     assert writes.counts.deferred == over
     assert writes.counts.written == BOOKKEEPING_PER_PASS + 1
     assert outcome.requeue_after == DEFERRED_RETRY_SECONDS
@@ -112,3 +117,18 @@ def test_background_senders_wait_while_a_pass_writes_results_not_while_it_only_d
         writes.add(result("n2"))
         assert applier.foreground.busy(), "a result the next batch waits for goes first"
     assert not applier.foreground.busy(), "released once the pass's writes are done"
+
+
+def test_work_that_only_deletes_pods_is_queued_at_once_not_held_nor_handed_to_a_thread() -> None:
+    applier = Applier()
+    deletes = work(
+        "n1",
+        actions.DeletePod(name="p1", node="n1", reason="succeeded"),
+        actions.DeletePod(name="p2", node="n1", reason="succeeded"),
+    )
+    with NodeWrites(applier, CR, Outcome(), defer=True, hold=True) as writes:
+        writes.add(deletes)
+        assert applier.deleted == ["p1", "p2"], "a queued delete waited for the pass to end"
+        writes.add(result("n2"))
+    assert applier.applied == ["n2"], "the delete-only work was applied on a node thread too"
+    assert writes.counts.written == 2
