@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from decimal import Decimal
+from functools import lru_cache
 
 # One "<number><unit>" segment; Go accepts "1.", ".5" and "1.5" as the number.
 _SEGMENT = r"([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)"
@@ -35,6 +36,7 @@ def is_go_duration(text: str) -> bool:
     return _GO_DURATION.fullmatch(text) is not None
 
 
+@lru_cache(maxsize=256)  # the same few timeouts, parsed for every node of a batch
 def parse_duration(text: str) -> timedelta:
     """Parse an unsigned Go duration.
 

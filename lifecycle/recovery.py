@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
+from lifecycle import memo
 from lifecycle.spec import Package
 
 FINGERPRINT_CHARS = 12
@@ -100,8 +101,14 @@ def fingerprint(package: Package, secret_data: str = "") -> str:
     """Short fingerprint of a package's whole spec plus the data of its secretVars Secrets.
 
     Fields left at their defaults are not part of it, so a controller that adds a package field
-    does not see every recorded failure as a changed spec.
+    does not see every recorded failure as a changed spec. Kept per package object
+    (``lifecycle.memo``): every node of a batch asks for the same one.
     """
+    return _fingerprint(package, secret_data)
+
+
+@memo.by_identity
+def _fingerprint(package: Package, secret_data: str) -> str:
     payload = [package.model_dump(mode="json", by_alias=True, exclude_defaults=True), secret_data]
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:FINGERPRINT_CHARS]

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from lifecycle import memo
 from lifecycle.nodestate import Stage
 from lifecycle.spec import NodeWright, Package
 
@@ -55,7 +56,13 @@ def config_hash(package: Package, secret_data: str = "") -> str:
 
     The refs, data and tags join the payload only when set, so the hash of a package without
     them is the one earlier versions recorded (no fleet-wide config run after an upgrade).
+    Kept per package object (``lifecycle.memo``): every node of a batch asks for the same one.
     """
+    return _config_hash(package, secret_data)
+
+
+@memo.by_identity
+def _config_hash(package: Package, secret_data: str) -> str:
     payload: dict[str, Any] = {"vars": package.vars, "configMap": package.config_map}
     if package.secret_vars:
         payload["secretVars"] = [ref.to_wire() for ref in package.secret_vars]

@@ -63,11 +63,13 @@ class Work:
         return self.inp.now
 
     def put(self, key: str, entry: PackageState, **changes: object) -> PackageState:
-        """Store ``entry`` with ``changes``; ``updated`` moves only when something changed."""
-        candidate = entry.model_copy(update=changes)
-        if candidate == entry and self.state.get(key) == entry:
+        """Store ``entry`` with ``changes``; ``updated`` moves only when something changed.
+        (One copy, not two: every new cycle of a batch start passes here.)"""
+        fields = entry.__dict__
+        unchanged = all(k in fields and fields[k] == v for k, v in changes.items())
+        if unchanged and self.state.get(key) == entry:
             return entry
-        updated = candidate.model_copy(update={"updated": rfc3339(self.now)})
+        updated = entry.model_copy(update={**changes, "updated": rfc3339(self.now)})
         self.state[key] = updated
         return updated
 
