@@ -26,7 +26,7 @@ def by_identity(fn: Callable[[T, str], str]) -> Callable[[T, str], str]:
     cache: dict[tuple[int, str], tuple[T, str]] = {}
 
     @wraps(fn)
-    def kept(obj: T, text: str = "") -> str:
+    def kept(obj: T, text: str) -> str:
         key = (id(obj), text)
         hit = cache.get(key)
         if hit is not None and hit[0] is obj:
