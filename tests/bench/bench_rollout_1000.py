@@ -203,6 +203,19 @@ def predicted_batches(names: list[str], budget_percent: int) -> list[int]:
     return [len(b.nodes) for b in sim.batches]
 
 
+def prepared(box: Sandbox, budget: int, seconds: float) -> tuple[Rest, list[str], list[int], float]:
+    """A client of the started sandbox with the CRDs and namespace in place, its node names, the
+    batch sizes the offline planner predicts and the floor (printed)."""
+    rest: Rest = connect(str(box.kubeconfig), None)
+    demo.ensure_crds(rest)
+    demo.ensure_namespace(rest, demo.CONTROLLER_NAMESPACE)
+    names = [n.name for n in box.nodes]
+    batches = predicted_batches(names, budget)
+    floor = len(batches) * seconds
+    print(f"  planner: {len(batches)} batches {batches}; floor {floor:.0f}s")
+    return rest, names, batches, floor
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -308,13 +321,7 @@ def run(  # noqa: PLR0917 - the command line's options, passed once
     spy: ControllerProfile | None = None
     apiserver: ApiServerProfile | None = None
     try:
-        rest: Rest = connect(str(box.kubeconfig), None)
-        demo.ensure_crds(rest)
-        demo.ensure_namespace(rest, demo.CONTROLLER_NAMESPACE)
-        names = [n.name for n in box.nodes]
-        batches = predicted_batches(names, budget)
-        floor = len(batches) * seconds
-        print(f"  planner: {len(batches)} batches {batches}; floor {floor:.0f}s")
+        rest, _, batches, floor = prepared(box, budget, seconds)
         port = free_port()
         time_file = work / "time-v.txt"
         log = work / "controller.log"
