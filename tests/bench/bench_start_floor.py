@@ -47,14 +47,15 @@ from lifecycle import pod_records
 from lifecycle.validation import load_nodewright
 from nodewright_bridge.commands.common import connect
 from nodewright_bridge.controller import podspec
+from nodewright_bridge.controller.snapshot import meta_of, pod_phase
 from nodewright_bridge.errors import ApiError
 from nodewright_bridge.k8s import resources
 from nodewright_bridge.k8s.rest import Rest
 from nodewright_bridge.sandbox import Sandbox
+from nodewright_bridge.sandbox.kubelet.kubelet import ENDED_PHASES
 
 CREATES_AT_ONCE = 16  # as the controller's node writes (node_writes.NODE_CONCURRENCY)
 PACKAGE = "tuning"
-ENDED = ("Succeeded", "Failed")
 
 
 def launch(kubeconfig: str, cr_name: str, plan_file: Path) -> None:
@@ -67,7 +68,7 @@ def launch(kubeconfig: str, cr_name: str, plan_file: Path) -> None:
     selector = f"{podspec.LABEL_CR}={cr_name}"
 
     def note(pods: list[dict[str, object]]) -> None:
-        done = {str(p["metadata"]["name"]) for p in pods if _phase(p) in ENDED}  # type: ignore[index]
+        done = {str(meta_of(p).get("name")) for p in pods if pod_phase(p) in ENDED_PHASES}
         if done - ended:
             with seen:
                 ended.update(done)
@@ -115,14 +116,9 @@ def launch(kubeconfig: str, cr_name: str, plan_file: Path) -> None:
                 for node in nodes
             ]
             list(pool.map(partial(_create, rest), pods))
-            names = {str(p["metadata"]["name"]) for p in pods}
+            names = {str(meta_of(p).get("name")) for p in pods}
             with seen:
                 seen.wait_for(partial(set.issubset, names, ended))
-
-
-def _phase(pod: dict[str, object]) -> object:
-    status = pod.get("status")
-    return status.get("phase") if isinstance(status, dict) else None
 
 
 def _create(rest: Rest, pod: dict[str, object]) -> None:
