@@ -36,7 +36,7 @@ CHART_CRDS = CHART / "crds"
 TOKEN_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
 HELM_TIMEOUT = "120s"
 # An HTTP 403 in a log line, as a number of its own (a port such as 40315 is not one).
-_HTTP_403 = re.compile(r"(?<![\d.])403(?![\d.])")
+_HTTP_403 = re.compile(r"(?<![\w.-])403(?![\w.-])")  # not inside a uuid, a version or a number
 
 
 def helm_binary() -> str:
