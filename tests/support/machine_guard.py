@@ -4,7 +4,9 @@ Why a shared helper: integration and e2e tests both compare this machine's mount
 settings before and after roles ran on simulated nodes. Other tests on the same box mount and
 unmount node roots at any moment, so the comparison covers the machine's own system mounts (``/``,
 ``/proc``, ``/sys``, ``/dev``, ``/run``, ``/tmp`` and everything under the first four and ``/run``),
-the ones a leaked ``mount`` or ``sysctl`` would change, and not the sandboxes' node roots.
+the ones a leaked ``mount`` or ``sysctl`` would change, and not the sandboxes' node roots. Nor
+the network namespaces container runtimes bind under ``/run/netns`` while their containers run
+(``nsfs`` mounts: podman tests on the other pytest-xdist worker make and drop them at any moment).
 """
 
 from __future__ import annotations
@@ -15,15 +17,23 @@ SYSTEM_MOUNTS = ("/", "/proc", "/sys", "/dev", "/run", "/tmp")
 _SYSTEM_TREES = ("/proc/", "/sys/", "/dev/", "/run/")
 
 
+def _fs_type(fields: list[str]) -> str:
+    """The file-system type of a mountinfo line split into fields (after the ``-``)."""
+    return fields[fields.index("-", 6) + 1]
+
+
+def _watched(fields: list[str], extra: tuple[str, ...] = ()) -> bool:
+    point = fields[4]
+    if not (point in SYSTEM_MOUNTS or point.startswith(_SYSTEM_TREES) or point in extra):
+        return False
+    return _fs_type(fields) != "nsfs"
+
+
 def machine_mounts() -> list[str]:
     """This process's ``/proc/self/mountinfo`` lines for the machine's system mounts, in order."""
     with open("/proc/self/mountinfo") as handle:
         lines = handle.read().splitlines()
-    return [
-        line
-        for line in lines
-        if (point := line.split()[4]) in SYSTEM_MOUNTS or point.startswith(_SYSTEM_TREES)
-    ]
+    return [line for line in lines if _watched(line.split())]
 
 
 def mount_options(mountinfo: str) -> dict[str, set[str]]:
@@ -46,9 +56,8 @@ def machine_mount_flags(extra: tuple[str, ...] = ()) -> dict[str, tuple[str, str
     flags: dict[str, tuple[str, str]] = {}
     for line in lines:
         fields = line.split()
-        point = fields[4]
-        if point in SYSTEM_MOUNTS or point.startswith(_SYSTEM_TREES) or point in extra:
-            flags[point] = (fields[5], fields[fields.index("-", 6) + 3])
+        if _watched(fields, extra):
+            flags[fields[4]] = (fields[5], fields[fields.index("-", 6) + 3])
     return flags
 
 

@@ -11,12 +11,16 @@ or a run without root skips whole tiers (``tests/integration``, ``tests/e2e``, t
 ``podman`` or ``rootfs``), and that must show. A pure test skipped on purpose says so with the
 named allowance ``@pytest.mark.skip_allowed("why")``; the allowance is refused (itself a
 failure) on a test of those tiers. Expected failures (``xfail``) are not skips.
+
+Under pytest-xdist (``make test`` runs two workers) the workers collect and the controller only
+sees reports: the allowance or its refusal, judged where the item is collected, rides on each
+test report's ``user_properties``, so the summary and the exit status are the same either way.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,26 +65,48 @@ def skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
     return str(longrepr) or "(no reason given)"
 
 
+# The allowance (or why it is refused) as it rides on a test report's ``user_properties``.
+ALLOWED_PROPERTY = "nwb_skip_allowed"
+REFUSED_PROPERTY = "nwb_skip_refused"
+ALLOWANCE = pytest.StashKey[tuple[str, str]]()
+
+
+def allowance(item: pytest.Item, rootpath: Path) -> tuple[str, str] | None:
+    """``(ALLOWED_PROPERTY, why)`` or ``(REFUSED_PROPERTY, what is wrong)`` for an item carrying
+    the allowance mark, else None."""
+    mark = item.get_closest_marker(ALLOW_MARK)
+    if mark is None:
+        return None
+    why = str(mark.kwargs.get("reason") or (mark.args[0] if mark.args else "")).strip()
+    tier = machine_tier(item, rootpath)
+    if tier is not None:
+        return REFUSED_PROPERTY, f"{ALLOW_MARK} on a test of {tier}: these must run"
+    if not why:
+        return REFUSED_PROPERTY, f'{ALLOW_MARK} without a reason: {ALLOW_MARK}("why")'
+    return ALLOWED_PROPERTY, why
+
+
 @dataclass(eq=False)  # a plugin: pluggy keeps it in sets, so hashed by identity
 class TierGuard:
     rootpath: Path
-    allowed: dict[str, str] = field(default_factory=dict)  # nodeid -> why it may skip
     refused: dict[str, str] = field(default_factory=dict)  # nodeid -> what is wrong with it
     skipped: dict[str, str] = field(default_factory=dict)  # nodeid -> skip reason
 
     @pytest.hookimpl
     def pytest_itemcollected(self, item: pytest.Item) -> None:
-        mark = item.get_closest_marker(ALLOW_MARK)
-        if mark is None:
-            return
-        why = str(mark.kwargs.get("reason") or (mark.args[0] if mark.args else "")).strip()
-        tier = machine_tier(item, self.rootpath)
-        if tier is not None:
-            self.refused[item.nodeid] = f"{ALLOW_MARK} on a test of {tier}: these must run"
-        elif not why:
-            self.refused[item.nodeid] = f'{ALLOW_MARK} without a reason: {ALLOW_MARK}("why")'
-        else:
-            self.allowed[item.nodeid] = why
+        judged = allowance(item, self.rootpath)
+        if judged is not None:
+            item.stash[ALLOWANCE] = judged
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        judged = item.stash.get(ALLOWANCE, None)
+        if judged is not None:
+            report.user_properties.append(judged)
+        return report
 
     @pytest.hookimpl
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -89,9 +115,12 @@ class TierGuard:
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        judged = dict(report.user_properties)
+        if REFUSED_PROPERTY in judged:
+            self.refused.setdefault(report.nodeid, str(judged[REFUSED_PROPERTY]))
         if not report.skipped or hasattr(report, "wasxfail"):
             return
-        if report.nodeid in self.allowed and report.nodeid not in self.refused:
+        if ALLOWED_PROPERTY in judged:
             return
         self.skipped.setdefault(report.nodeid, skip_reason(report))
 

@@ -1,6 +1,7 @@
 """The tier guard (tests/support/tier_guard.py) on a small suite of its own, run by a real pytest in
 a subprocess with this repository's tests/conftest.py: a skip fails the run under CI or
-NWB_REQUIRE_ALL_TIERS=1 and is named with its reason; without them a skip stays a skip."""
+NWB_REQUIRE_ALL_TIERS=1 and is named with its reason; without them a skip stays a skip. On two
+pytest-xdist workers (as ``make test`` runs) the verdict and the summary are the same."""
 
 from __future__ import annotations
 
@@ -74,7 +75,9 @@ def write(where: Path, files: dict[str, str]) -> Path:
     return where
 
 
-def run(where: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def run(
+    where: Path, *args: str, timeout: float = 25, **env: str
+) -> subprocess.CompletedProcess[str]:
     environ = {
         k: v
         for k, v in os.environ.items()
@@ -82,12 +85,12 @@ def run(where: Path, **env: str) -> subprocess.CompletedProcess[str]:
     }
     environ["PYTHONPATH"] = str(ROOT / "tests" / "support")
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(where)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(where)],
         cwd=where,
         env=environ | env,
         capture_output=True,
         text=True,
-        timeout=25,  # within the unit tests' own limit
+        timeout=timeout,  # within the test's own limit
         check=False,
     )
 
@@ -133,25 +136,28 @@ def test_a_suite_whose_only_skip_is_allowed_passes(tmp_path: Path) -> None:
     assert "1 passed, 1 skipped" in done.stdout
 
 
+# Allowances the guard refuses (and one it grants, which must not count).
+REFUSED = {
+    "pytest.ini": SUITE["pytest.ini"],
+    "tests/integration/test_box.py": (
+        "import pytest\n\n"
+        '@pytest.mark.skip_allowed("flaky box")\n'
+        '@pytest.mark.skip(reason="no box")\n'
+        "def test_box(): pass\n"
+    ),
+    "tests/unit/test_pure.py": ALLOWED_SKIP
+    + (
+        "\n@pytest.mark.skip_allowed\n"
+        "def test_no_reason(): pass\n\n"
+        "@pytest.mark.rootfs\n"
+        '@pytest.mark.skip_allowed("no debootstrap")\n'
+        "def test_rootfs(): pass\n"
+    ),
+}
+
+
 def test_the_allowance_is_refused_on_a_machine_tier_and_without_a_reason(tmp_path: Path) -> None:
-    files = {
-        "pytest.ini": SUITE["pytest.ini"],
-        "tests/integration/test_box.py": (
-            "import pytest\n\n"
-            '@pytest.mark.skip_allowed("flaky box")\n'
-            '@pytest.mark.skip(reason="no box")\n'
-            "def test_box(): pass\n"
-        ),
-        "tests/unit/test_pure.py": (
-            "import pytest\n\n"
-            "@pytest.mark.skip_allowed\n"
-            "def test_no_reason(): pass\n\n"
-            "@pytest.mark.rootfs\n"
-            '@pytest.mark.skip_allowed("no debootstrap")\n'
-            "def test_rootfs(): pass\n"
-        ),
-    }
-    done = run(write(tmp_path, files), **{tier_guard.ENV: "1"})
+    done = run(write(tmp_path, REFUSED), **{tier_guard.ENV: "1"})
     assert done.returncode == 1, done.stdout + done.stderr
     report = done.stdout.split("skipped tests fail this run", 1)[1]
     assert "1 skipped, 3 refused" in report
@@ -161,6 +167,30 @@ def test_the_allowance_is_refused_on_a_machine_tier_and_without_a_reason(tmp_pat
     )
     assert "tests/unit/test_pure.py::test_no_reason: skip_allowed without a reason" in report
     assert "test_pure.py::test_rootfs: skip_allowed on a test of @pytest.mark.rootfs" in report
+    assert "test_skipped_on_purpose" not in report  # its allowance is granted
+
+
+def guard_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
+    """The guard's summary section, its lines sorted (workers finish in any order), without
+    pytest's own last line (its duration differs)."""
+    section = done.stdout.split("skipped tests fail this run", 1)[1]
+    lines = section.splitlines()[1:]
+    return sorted(line for line in lines if line.startswith(("under CI", "  ")))
+
+
+# Three pytest processes per xdist run on a machine that may be running the suite on two workers.
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("files", [SUITE, REFUSED], ids=["skips", "refused-allowances"])
+def test_on_two_xdist_workers_the_verdict_and_summary_are_the_same(
+    tmp_path: Path, files: dict[str, str]
+) -> None:
+    where = write(tmp_path, files)
+    serial = run(where, timeout=100, **{tier_guard.ENV: "1"})
+    workers = run(where, "-n", "2", timeout=100, **{tier_guard.ENV: "1"})
+    assert serial.returncode == workers.returncode == 1, serial.stdout + workers.stdout
+    assert guard_lines(serial), serial.stdout
+    assert guard_lines(workers) == guard_lines(serial), serial.stdout + workers.stdout
+    assert "test_skipped_on_purpose" not in workers.stdout.split("fail this run", 1)[1]
 
 
 def test_a_run_that_did_not_pass_keeps_its_exit_status(tmp_path: Path) -> None:
