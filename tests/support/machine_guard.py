@@ -6,7 +6,8 @@ unmount node roots at any moment, so the comparison covers the machine's own sys
 ``/proc``, ``/sys``, ``/dev``, ``/run``, ``/tmp`` and everything under the first four and ``/run``),
 the ones a leaked ``mount`` or ``sysctl`` would change, and not the sandboxes' node roots. Nor
 the network namespaces container runtimes bind under ``/run/netns`` while their containers run
-(``nsfs`` mounts: podman tests on the other pytest-xdist worker make and drop them at any moment).
+(``nsfs`` mounts: with the suite on two pytest-xdist workers, the other worker's podman tests
+make and drop them at any moment).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ or a run without root skips whole tiers (``tests/integration``, ``tests/e2e``, t
 named allowance ``@pytest.mark.skip_allowed("why")``; the allowance is refused (itself a
 failure) on a test of those tiers. Expected failures (``xfail``) are not skips.
 
-Under pytest-xdist (``make test`` runs two workers) the workers collect and the controller only
+Under pytest-xdist (``pytest -n 2``) the workers collect and the controller only
 sees reports: the allowance or its refusal, judged where the item is collected, rides on each
 test report's ``user_properties``, so the summary and the exit status are the same either way.
 """

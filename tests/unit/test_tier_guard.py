@@ -1,7 +1,7 @@
 """The tier guard (tests/support/tier_guard.py) on a small suite of its own, run by a real pytest in
 a subprocess with this repository's tests/conftest.py: a skip fails the run under CI or
 NWB_REQUIRE_ALL_TIERS=1 and is named with its reason; without them a skip stays a skip. On two
-pytest-xdist workers (as ``make test`` runs) the verdict and the summary are the same."""
+pytest-xdist workers the verdict and the summary are the same."""
 
 from __future__ import annotations
 
