@@ -42,10 +42,10 @@ lint: venv
 	$(BIN)/lint-imports
 
 ## test: everything CI runs (lint + collection sanity + unit + integration + e2e); a skipped
-# test fails it (tests/support/tier_guard.py). Serial: on two xdist workers a cold-cache run
-# failed two tests of tests/integration/test_status_plan_live.py (order-dependent, to fix first).
+# test fails it (tests/support/tier_guard.py). Two pytest-xdist workers, whole files each (a
+# module's fixtures stay on one worker; each worker starts its own sandboxes on free ports).
 test: lint collection kubelet-tier
-	NWB_REQUIRE_ALL_TIERS=1 $(BIN)/pytest -q --durations=25
+	NWB_REQUIRE_ALL_TIERS=1 $(BIN)/pytest -q -n 2 --dist loadfile --durations=25
 
 COLLECTION := collections/ansible_collections/nodewright/bridge
 ## collection: ansible-test sanity (no ignore entries) and the Galaxy artifact in dist/

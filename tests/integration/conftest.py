@@ -64,10 +64,58 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
         labels={SANDBOX_POOL_LABEL: "default"},
     )
     box.start()
+    STARTED.append(box)
     try:
         yield box
     finally:
+        STARTED.remove(box)
         box.stop()
+
+
+STARTED: list[Sandbox] = []  # the session sandbox, once a test has started it
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_nodewright_left() -> Iterator[None]:
+    """Fail the module that leaves a NodeWright in the shared sandbox, and delete it.
+
+    With no controller running, a left CR stays: one with no nodeSelectors targets every node
+    and sequences the rollouts of the modules after it (``nwb plan --live`` then plans nothing),
+    so a module's result would depend on which modules ran before it on the same worker.
+    """
+    yield
+    if not STARTED:
+        return
+    api = config.new_client_from_config(config_file=str(STARTED[0].kubeconfig))
+    try:
+        left = _delete_nodewrights(client.CustomObjectsApi(api))
+    finally:
+        api.close()
+    if left:
+        pytest.fail(
+            f"this module left NodeWright(s) {', '.join(sorted(left))} in the shared sandbox; "
+            "delete what a test creates (kube.defer)",
+            pytrace=False,
+        )
+
+
+def _delete_nodewrights(custom: client.CustomObjectsApi) -> list[str]:
+    group, version, plural = crds.GROUP, crds.VERSION, "nodewrights"
+    try:
+        items = custom.list_cluster_custom_object(group, version, plural)["items"]
+    except ApiException as exc:
+        if exc.status == 404:  # the CRDs are not installed (or were removed): nothing is left
+            return []
+        raise
+    for item in items:
+        name = item["metadata"]["name"]
+        with contextlib.suppress(ApiException):
+            if item["metadata"].get("finalizers"):
+                custom.patch_cluster_custom_object(
+                    group, version, plural, name, {"metadata": {"finalizers": None}}
+                )
+            custom.delete_cluster_custom_object(group, version, plural, name)
+    return [item["metadata"]["name"] for item in items]
 
 
 @pytest.fixture(scope="session")

@@ -84,10 +84,29 @@ def _wait_established(ext: client.ApiextensionsV1Api, name: str) -> None:
     )
 
 
+STORED: list[tuple[str, str]] = []  # (plural, name) of every object this module stored
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _delete_stored(api: client.ApiClient) -> Iterator[None]:
+    """Delete what the module stored: a NodeWright left behind (no nodeSelectors, so it targets
+    every node) would sequence another module's rollout on the same shared control plane."""
+    yield
+    custom = client.CustomObjectsApi(api)
+    while STORED:
+        plural, name = STORED.pop()
+        try:
+            custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
 def create(api: client.ApiClient, plural: str, body: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = client.CustomObjectsApi(api).create_cluster_custom_object(
         GROUP, VERSION, plural, body
     )
+    STORED.append((plural, result["metadata"]["name"]))
     return result
 
 
