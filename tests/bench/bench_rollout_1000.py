@@ -43,10 +43,8 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 
 from profiling import (  # tests/bench: the script's folder
@@ -125,20 +123,28 @@ class TimedRunner(SimulateRunner):
                 lags.append(answered - (start + seconds))
         return lags
 
+    def last_answered(self, chunk: list[float]) -> float | None:
+        """When the last end report of ``chunk``'s pods was answered: no controller can know
+        the batch ended before then."""
+        answered = [self.reported.get(self.uids.get(start, "")) for start in chunk]
+        return None if None in answered else max(a for a in answered if a is not None)
+
 
 def timeline(
     starts: list[float],
     sizes: list[int],
     seconds: float,
     origin: float,
-    lags: Callable[[list[float]], list[float]] | None = None,
+    runner: TimedRunner | None = None,
 ) -> list[str]:
     """One line per predicted batch: start spread, the gap after the previous batch ended and,
-    with ``lags``, how late the kubelet's reports of its pods' ends were answered (median,
-    most): the controller learns of an end only then."""
+    with ``runner``, the gap after the previous batch's last end report was answered (the
+    controller's share: it learns of an end only then) and how late the kubelet's reports of
+    this batch's pod ends were answered (median, most)."""
     lines = []
     ordered = sorted(starts)
     previous_end: float | None = None
+    previous_known: float | None = None
     at = 0
     for number, size in enumerate(sizes, 1):
         chunk = ordered[at : at + size]
@@ -146,8 +152,10 @@ def timeline(
         if not chunk:
             break
         gap = f"{chunk[0] - previous_end:5.2f}s" if previous_end is not None else "    -"
+        if previous_known is not None:
+            gap += f" ({chunk[0] - previous_known:5.2f}s after its last end was reported)"
         late = ""
-        reported = lags(chunk) if lags is not None else []
+        reported = runner.report_lags(chunk, seconds) if runner is not None else []
         if reported:
             late = f"; ends reported {statistics.median(reported):4.2f}/{max(reported):4.2f}s late"
         lines.append(
@@ -155,6 +163,7 @@ def timeline(
             f" spread {chunk[-1] - chunk[0]:5.2f}s, gap after previous batch {gap}{late}"
         )
         previous_end = chunk[-1] + seconds
+        previous_known = runner.last_answered(chunk) if runner is not None else None
     return lines
 
 
@@ -448,8 +457,8 @@ def run(  # noqa: PLR0917 - the command line's options, passed once
         print(f"    {key:40s} {value:.0f}")
     if usage:
         print(f"controller peak RSS        {usage.get('rss_kb', 0) / 1024:.1f} MB")
-        cpu = usage.get("user_s", 0) + usage.get("sys_s", 0)
-        print(f"controller CPU             {cpu:.1f}s (user {usage.get('user_s', 0):.1f}s)")
+        cpu_seconds = usage.get("user_s", 0) + usage.get("sys_s", 0)
+        print(f"controller CPU             {cpu_seconds:.1f}s (user {usage.get('user_s', 0):.1f}s)")
     print(f"CR status size             {status_bytes} bytes")
     print(f"reconciles                 {reconciles:.0f}, {reconcile_seconds:.1f}s in all")
     print("timeline (simulated kubelet; pods run exactly their duration)")
@@ -458,8 +467,7 @@ def run(  # noqa: PLR0917 - the command line's options, passed once
             f", first package pod t={min(runner.starts) - created:.2f}s" if runner.starts else ""
         )
         print(f"    validation pod started t={at - created:.2f}s (it takes 1s){first}")
-    lags = partial(runner.report_lags, seconds=seconds)
-    for line in timeline(runner.starts, batches, seconds, created, lags):
+    for line in timeline(runner.starts, batches, seconds, created, runner):
         print(line)
     if runner.starts:
         tail = total - (max(runner.starts) + seconds - created)

@@ -191,8 +191,7 @@ def run(nodes: int, seconds: float, budget: int, timeout: float) -> None:
         f"floor (sum of batches)     {floor:.1f}s; overhead {100 * (total - floor) / floor:+.1f}%"
     )
     print("timeline (simulated kubelet; pods run exactly their duration)")
-    lags = partial(runner.report_lags, seconds=seconds)
-    print("\n".join(timeline(runner.starts, sizes, seconds, began, lags)))
+    print("\n".join(timeline(runner.starts, sizes, seconds, began, runner)))
     print(f"CPU per process, launch -> last end ({total:.1f}s)")
     print("\n".join(ProcessCpu.lines(before, after, total)))
 
