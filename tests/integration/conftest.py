@@ -88,7 +88,7 @@ def no_nodewright_left() -> Iterator[None]:
         return
     api = config.new_client_from_config(config_file=str(STARTED[0].kubeconfig))
     try:
-        left = _delete_nodewrights(client.CustomObjectsApi(api))
+        left = delete_nodewrights(client.CustomObjectsApi(api))
     finally:
         api.close()
     if left:
@@ -99,7 +99,9 @@ def no_nodewright_left() -> Iterator[None]:
         )
 
 
-def _delete_nodewrights(custom: client.CustomObjectsApi) -> list[str]:
+def delete_nodewrights(custom: client.CustomObjectsApi) -> list[str]:
+    """Delete every NodeWright, finalizers removed first (no controller is there to remove
+    them); returns the names found."""
     group, version, plural = crds.GROUP, crds.VERSION, "nodewrights"
     try:
         items = custom.list_cluster_custom_object(group, version, plural)["items"]

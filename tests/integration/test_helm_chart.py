@@ -26,7 +26,7 @@ from chart_support import (
     can_i,
     service_account_kubeconfig,
 )
-from conftest import Kube
+from conftest import Kube, delete_nodewrights
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from waiting import wait_for
@@ -71,17 +71,8 @@ def _remove_crds(ext: client.ApiextensionsV1Api) -> list[str]:
     if existed:
         # Objects an earlier module left behind with our finalizer (no controller runs here to
         # remove it) would hold the CRD deletion forever.
-        custom = client.CustomObjectsApi(ext.api_client)
         with contextlib.suppress(ApiException):
-            for item in custom.list_cluster_custom_object(GROUP, VERSION, "nodewrights")["items"]:
-                if item["metadata"].get("finalizers"):
-                    custom.patch_cluster_custom_object(
-                        GROUP,
-                        VERSION,
-                        "nodewrights",
-                        item["metadata"]["name"],
-                        {"metadata": {"finalizers": None}},
-                    )
+            delete_nodewrights(client.CustomObjectsApi(ext.api_client))
     for name in existed:
         with contextlib.suppress(ApiException):
             ext.delete_custom_resource_definition(name)
