@@ -369,9 +369,8 @@ def plan_rollout(
     hold = paused or disabled
     targeted = [n for n in nodes if selectors.matches(cr.spec.node_selectors, n.labels)]
     targeted_names = {n.name for n in targeted}
-    order_counter = max(
-        [next_node_order, *(n.record.order + 1 for n in nodes if n.record is not None)]
-    )
+    taken = [n.record.order for n in nodes if n.record is not None]
+    order_counter = max(next_node_order, max(taken) + 1) if taken else next_node_order
     rules = compartments.build(cr, policy)
     if rules is None:
         return RolloutPlan(

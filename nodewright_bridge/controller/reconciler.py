@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -473,9 +474,9 @@ class NodeWrightReconciler:
         for cname, cplan in plan.compartments.items():
             self._metrics.rollout_progress.labels(name, cname).set(cplan.status.progress_percent)
             self._metrics.rollout_batch.labels(name, cname).set(cplan.batch)
+        counts = Counter(statuses.values())
         for status in Status:
-            count = sum(1 for s in statuses.values() if s is status)
-            self._metrics.node_status.labels(name, status.value).set(count)
+            self._metrics.node_status.labels(name, status.value).set(counts[status])
 
     # -- deletion ----------------------------------------------------------------------------
 
@@ -589,8 +590,8 @@ def _requeue(
     candidates: list[float] = []
     if outcome.requeue_after is not None:
         candidates.append(outcome.requeue_after)
-    for moment in wakeups:
-        candidates.append(max((moment - now) / timedelta(seconds=1), MIN_REQUEUE_SECONDS))
+    if wakeups:  # the earliest of thousands (a running batch: one deadline per node)
+        candidates.append(max((min(wakeups) - now) / timedelta(seconds=1), MIN_REQUEUE_SECONDS))
     if status.status is not Status.COMPLETE:
         candidates.append(POLL_SECONDS)
     return min(candidates) if candidates else None
