@@ -352,9 +352,13 @@ def _drive_running_interrupt(work: Work, key: str, entry: PackageState) -> None:
             VerifyReboot(node=facts.name, old_boot_id=entry.boot_id or "", deadline=deadline)
         )
     if pod is None and not rebooted and not inp.paused:
-        # Recorded but no pod: the controller stopped between the patch and the create, or the
-        # pod was removed. The agent's per-resource flag makes the re-created pod a no-op if it
-        # already ran; a new bootID (checked above) is what counts for a reboot.
+        # Recorded but no pod: the controller stopped between the patch and the create, the
+        # executor held the create (the API showed a pod the cache did not: a scheduler with a
+        # stale cache can bind one to a cordoned node), or the pod was removed. The node is
+        # cordoned and drained again first. The agent's per-resource flag makes the re-created
+        # pod a no-op if it already ran; a new bootID (checked above) is what counts for a reboot.
+        if not stage_prepare.prepare(work, [key]):
+            return
         _create_interrupt_pod(
             work, key, InterruptType(entry.interrupt or InterruptType.NOOP), _services(work)
         )

@@ -138,8 +138,12 @@ class InMemoryApi(Rest):
         items = [
             copy.deepcopy(obj)
             for key, obj in sorted(self.objects.items())
-            if key.startswith(prefix) and "/" not in key[len(prefix) :]
+            if (key.startswith(prefix) and "/" not in key[len(prefix) :])
+            or _across_namespaces(path, key)
         ]
+        for term in (t for t in query.get("fieldSelector", "").split(",") if t):
+            field, sep, value = term.partition("!=") if "!=" in term else term.partition("=")
+            items = [i for i in items if (_field(i, field) != value) == (sep == "!=")]
         wanted = query.get("labelSelector", "")
         for term in (t for t in wanted.split(",") if t):
             key, _, value = term.partition("=")
@@ -231,3 +235,18 @@ def _json_patch(target: JsonObject, ops: Sequence[Mapping[str, Any]]) -> JsonObj
         else:
             parent[last] = copy.deepcopy(op["value"])
     return doc
+
+
+def _across_namespaces(path: str, key: str) -> bool:
+    """``key`` is an object that the cluster-wide list ``path`` (``/api/v1/pods``) holds."""
+    base, _, plural = path.rpartition("/")
+    parts = key[len(base) :].split("/") if key.startswith(base + "/namespaces/") else []
+    return len(parts) == 5 and parts[1] == "namespaces" and parts[3] == plural
+
+
+def _field(obj: Mapping[str, Any], path: str) -> str:
+    """A field selector's field of ``obj`` (``spec.nodeName``), as text ("" when absent)."""
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return "" if value is None else str(value)

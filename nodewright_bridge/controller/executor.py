@@ -17,7 +17,9 @@ The executor maps each ``lifecycle.actions`` value to API calls and decides noth
   (``lifecycle.releasing.release_changes``), so a concurrent change by someone else is kept.
 
 Guarantees: an action list is applied in order and stops at the first failed Node write, so a pod
-is never created without the node-state record that precedes it in the list.
+is never created without the node-state record that precedes it in the list. An interrupt pod is
+created only once the API, asked just before, lists no pod on the node that its drain would
+still evict or wait for (the pass judged the drain from a cache that may lag).
 """
 
 from __future__ import annotations
@@ -68,6 +70,15 @@ _ACTS_ON_WORLD = (
 )
 
 
+class InterruptHeldError(Exception):
+    """The API lists pods on a node the pass judged drained: no interrupt pod now."""
+
+    def __init__(self, node: str, pods: Sequence[str]) -> None:
+        super().__init__(f"{node}: {', '.join(pods)}")
+        self.node = node
+        self.pods = tuple(pods)
+
+
 def _event_ref(kind: str, name: str, cr: NodeWright | None = None) -> ObjectRef:
     if kind == "Node":
         return ObjectRef(api_version="v1", kind="Node", name=name)
@@ -93,6 +104,7 @@ class Executor:
     ) -> None:
         # Pod starts run as foreground work; background pod deletes (and Events) wait for them.
         self.foreground = foreground or Foreground()
+        self._rest = rest
         self._writer = writer
         self._events = events
         self._metrics = metrics
@@ -188,6 +200,12 @@ class Executor:
                     cr, patcher, action, work=work, outcome=outcome, config_maps=config_maps
                 )
             patcher.flush()
+        except InterruptHeldError as held:
+            outcome.soon(CONFLICT_RETRY_SECONDS)
+            pods = ", ".join(held.pods)
+            why = f"{cr.metadata.name}: interrupt held: the API lists pods to drain first: {pods}"
+            logger.warning(why, extra={"node": work.node.name})
+            self.event("Node", work.node.name, "InterruptHeld", why, warning=True)
         except NodeConflictError:
             outcome.conflicts += 1
             outcome.node_patches += 1  # the write that lost the race
@@ -253,6 +271,7 @@ class Executor:
             carried = work.pod_annotations if action.carries is not None else {}
             self._starts.package_pod(cr, action, config_maps.get(action.package), carried)
         elif isinstance(action, actions.CreateInterruptPod):
+            self._check_drained(cr, action.node)
             announce = partial(self._announce_interrupt, cr, action.node)
             self._starts.interrupt_pod(cr, action, config_maps.get(action.package), announce)
         elif isinstance(action, actions.DeletePod):
@@ -269,6 +288,25 @@ class Executor:
             node.after_write(lambda: self._emit(cr_name, action, cr))
         # VerifyReboot: the planner judges the next snapshot (new bootID + Ready); we requeue.
         # ReleaseNode / RemoveFinalizer are not node-list actions: see apply_outside.
+
+    def _check_drained(self, cr: NodeWright, node: str) -> None:
+        """The pass judged ``node`` drained from the pod cache; ask the API before the interrupt.
+
+        The cache can lag (a watch relisting after an API server restart), and a scheduler whose
+        own cache lags can bind a pod to a node after its cordon. Such a pod holds the interrupt
+        (:class:`InterruptHeldError`): the node's recorded interrupt has no pod, so the next
+        pass drains the node again before it creates one (``lifecycle.stage_interrupts``).
+        """
+        listed = self._rest.list(
+            resources.PODS,
+            field_selector=f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed",
+        )
+        on_node = [
+            p for p in listed.get("items") or () if (p.get("spec") or {}).get("nodeName") == node
+        ]
+        left = snapshot.undrained_pods(cr, on_node)
+        if left:
+            raise InterruptHeldError(node, left)
 
     def _announce(self, node: str, reason: str, note: str, warning: bool) -> None:
         self.event("Node", node, reason, note, warning=warning)

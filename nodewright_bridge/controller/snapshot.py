@@ -547,6 +547,32 @@ def secret_data(cr: NodeWright, secrets: Any, namespace: str) -> dict[str, str]:
     return out
 
 
+def protected_pods(cr: NodeWright, workload: Sequence[draining.PodView]) -> tuple[str, ...]:
+    """The podNonInterruptLabels pods among ``workload`` that an interrupt waits for."""
+    selector = cr.spec.pod_non_interrupt_labels
+    if selector is None:
+        return ()
+    return tuple(
+        sorted(
+            p.key
+            for p in workload
+            if p.phase in ("Running", "Pending") and selectors.matches(selector, p.labels)
+        )
+    )
+
+
+def undrained_pods(cr: NodeWright, pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The pods among ``pods`` (a node's, as the API lists them) that keep ``cr``'s interrupt
+    from starting: what a drain would still evict, wait for or stop at, and the
+    podNonInterruptLabels pods; the same judgement ``snapshot_node`` makes from the cache."""
+    workload = [pod_view(p) for p in pods]
+    plan = draining.plan_drain(workload, cr.spec.drain)
+    left = {p.key for p in (*plan.evict, *plan.waiting_for)}
+    left.update(p.key for p, _ in plan.blockers)
+    left.update(protected_pods(cr, workload))
+    return sorted(left)
+
+
 def snapshot_node(
     cr: NodeWright,
     node: Mapping[str, Any],
@@ -576,16 +602,7 @@ def snapshot_node(
     plan = draining.plan_drain(workload, cr.spec.drain)
     relevant = pdbs.relevant(workload)
     blocking = draining.blocking_pdbs(plan.evict, relevant, cr.spec.drain)
-    protected: tuple[str, ...] = ()
-    selector = cr.spec.pod_non_interrupt_labels
-    if selector is not None:
-        protected = tuple(
-            sorted(
-                p.key
-                for p in workload
-                if p.phase in ("Running", "Pending") and selectors.matches(selector, p.labels)
-            )
-        )
+    protected = protected_pods(cr, workload)
     non_interrupt = len(protected)
     ours: list[PodObservation] = []
     foreign = 0

@@ -3,14 +3,16 @@ node's actions, a drain evicts what the snapshot planned, a refusal names the co
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from controller_world import NAMESPACE, ControllerWorld, node, nodewright
 
 from lifecycle import actions
 from lifecycle.nodestate import PackageState, Stage, StageState
-from lifecycle.spec import NodeWright
+from lifecycle.spec import InterruptType, NodeWright
 from nodewright_bridge.controller import snapshot
+from nodewright_bridge.controller.executor import CONFLICT_RETRY_SECONDS
 from nodewright_bridge.controller.node_writes import NodeWork, Outcome
 from nodewright_bridge.k8s import resources
 
@@ -143,3 +145,71 @@ def test_work_that_only_deletes_a_pod_sends_no_node_patch() -> None:
     outcome = apply(world, cr, NodeWork(node=snap_of(world, cr), actions=(delete,)))
     assert outcome.node_patches == 0
     assert node_patches(world) == before
+
+
+def interrupt_actions() -> tuple[actions.Action, ...]:
+    """The apply's start, turned into the interrupt's: the entry at the interrupt, its pod."""
+    record, started = start_actions()
+    assert isinstance(record, actions.PatchNodeState) and isinstance(
+        started, actions.CreatePackagePod
+    )
+    entry = record.set["tune|1.0.0"].model_copy(update={"stage": Stage.INTERRUPT})
+    pod = actions.CreateInterruptPod(
+        **{f: getattr(started, f) for f in ("node", "cr", "package", "version", "resource_id")},
+        stage=Stage.INTERRUPT,
+        interrupt_type=InterruptType.REBOOT,
+        services=(),
+        members=("tune",),
+        node_order=0,
+        attempt=1,
+        deadline=T0,
+    )
+    return (replace(record, set={"tune|1.0.0": entry}), pod)
+
+
+def interrupt_pods(world: ControllerWorld) -> list[str]:
+    return [
+        p["metadata"]["name"] for p in world.pods("tune") if "-interrupt-" in p["metadata"]["name"]
+    ]
+
+
+def test_no_interrupt_pod_while_the_api_lists_a_pod_the_cache_did_not_show_on_the_node() -> None:
+    world, cr = setup()
+    snap = snap_of(world, cr)  # the cache: nothing to drain
+    late = {
+        "metadata": {
+            "name": "web-1",
+            "namespace": "apps",
+            "ownerReferences": [{"kind": "ReplicaSet", "controller": True, "name": "web"}],
+        },
+        "spec": {"nodeName": "n0"},
+        "status": {"phase": "Pending"},
+    }
+    world.add(resources.PODS, late)  # bound after the drain by a scheduler with a stale cache
+    world.add(
+        resources.PODS,
+        {**late, "metadata": {**late["metadata"], "name": "elsewhere"}, "spec": {"nodeName": "n1"}},
+    )
+    outcome = apply(world, cr, NodeWork(node=snap, actions=interrupt_actions()))
+    assert interrupt_pods(world) == []
+    assert outcome.requeue_after == CONFLICT_RETRY_SECONDS
+    state = world.obj(resources.NODES, "n0")["metadata"]["annotations"]
+    assert "bridge.nodewright.io/state-tune" in state, "the interrupt stays recorded"
+    notes = [e for p, e in world.api.stored() if "/events/" in p]
+    assert any(
+        e.get("reason") == "InterruptHeld" and "apps/web-1" in e.get("note", "") for e in notes
+    )
+    assert not any("elsewhere" in e.get("note", "") for e in notes)
+
+
+def test_the_interrupt_pod_is_created_once_the_api_lists_nothing_to_drain() -> None:
+    world, cr = setup()
+    finished = {
+        "metadata": {"name": "job-1", "namespace": "apps"},
+        "spec": {"nodeName": "n0"},
+        "status": {"phase": "Succeeded"},
+    }
+    world.add(resources.PODS, finished)
+    outcome = apply(world, cr, NodeWork(node=snap_of(world, cr), actions=interrupt_actions()))
+    assert outcome.requeue_after is None
+    assert len(interrupt_pods(world)) == 1

@@ -896,3 +896,19 @@ def test_a_failing_service_interrupt_is_restarted_at_most_max_attempts_times() -
         world.step()
     assert not [p for p in world.pods.values() if p.live and p.interrupt]
     assert world.node.unschedulable  # the cordon is kept for a fix
+
+
+def test_an_interrupt_recorded_without_its_pod_drains_the_node_again_before_it_is_recreated() -> (
+    None
+):
+    """A pod bound after the drain (a scheduler with a stale cache ignores the cordon) is evicted
+    before the interrupt pod the executor held back is created."""
+    world = World(cr=make_cr({"dexter": {"version": "1.2.3", "interrupt": REBOOT}}))
+    name = until_interrupt_pod(world)
+    del world.pods[name]  # the executor held the create: the API showed a pod to evict
+    world.node = replace(world.node, pods_to_evict=1)
+    held = world.step()
+    assert of(held.actions, act.Drain), "the node was not drained again"
+    assert not of(held.actions, act.CreateInterruptPod)
+    recreated = world.step()  # the stage world's drain evicts everything
+    assert [a.stage for a in of(recreated.actions, act.CreateInterruptPod)] == [Stage.INTERRUPT]
