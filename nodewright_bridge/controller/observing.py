@@ -256,6 +256,7 @@ def observe(
     kept = observed.get(name)
     dirty = _changed(stores, cached.touched, kept, inputs)
     rows: dict[str, _Row] = {}
+    reused: set[str] = set()
     for node in nodes:
         node_name = str(snapshot.meta_of(node).get("name"))
         targeted = node_name in mine
@@ -266,6 +267,8 @@ def observe(
                 row = None
         if row is None:
             row = observer.row(node, node_name, targeted)
+        else:
+            reused.add(node_name)
         rows[node_name] = row
         _add(seen, node_name, row)
     made = _Observed(inputs, serials, rows)
@@ -273,7 +276,7 @@ def observe(
     if os.environ.get(VERIFY_ENV):
         moved = _changed(stores, cached.touched, replace(made, rows={}), inputs)
         if moved is not None:  # else the journal overflowed meanwhile: nothing to compare
-            _verify(rows, observer, nodes, mine, moved)
+            _verify(rows, observer, nodes, mine, reused - moved)
     return seen
 
 
@@ -362,13 +365,15 @@ def _verify(
     observer: _NodeObserver,
     nodes: Sequence[Mapping[str, Any]],
     mine: frozenset[str],
-    moved: set[str],
+    reused: set[str],
 ) -> None:
-    """``VERIFY_ENV``: observe every node afresh and fail if a kept row says otherwise (nodes
-    that changed while the pass ran, ``moved``, may differ and are left out)."""
+    """``VERIFY_ENV``: observe afresh every node whose row was ``reused`` from the pass before
+    and fail if it says otherwise. Left out: nodes that changed while the pass ran, and rows
+    made afresh this pass (a fresh look moments later can only differ by what time changed
+    meanwhile: a node whose awaited pod was forgotten turns from stale to plannable)."""
     for node in nodes:
         name = str(snapshot.meta_of(node).get("name"))
-        if name in moved:
+        if name not in reused:
             continue
         fresh = observer.row(node, name, name in mine)
         if rows.get(name) != fresh:

@@ -85,3 +85,37 @@ def test_a_pass_over_unchanged_nodes_observes_none_of_them_again(
     world.add(resources.NODES, node("n3", {**POOL, "rack": "b"}))  # one node changed
     world.step("tune")
     assert observed == ["n3"]
+
+
+def test_the_verify_mode_fails_a_pass_that_reused_a_row_of_a_node_that_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the check is for: a change the dirty set missed. (It compares only reused rows: a
+    row made afresh this pass can differ moments later only by what time changed, as a stale
+    node whose awaited pod was forgotten.)"""
+    world = world_with(nodes=3)
+    world.validate("tune")
+    world.step("tune")
+    world.finish_pods("tune")
+    quiet(world)
+    cached = world.stores.nodes.get("n1")
+    assert cached is not None
+    cached["metadata"]["resourceVersion"] = "999"  # edited in place: no journal entry to notice
+    monkeypatch.setenv(observing.VERIFY_ENV, "1")
+    with pytest.raises(AssertionError, match="incremental observe of n1"):
+        world.reconciler.reconcile("tune")
+
+
+def test_the_verify_mode_leaves_out_rows_made_afresh_that_time_changed_since(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node observed stale (our pod not in the cache yet) whose wait ends before the check
+    looks again: a fresh row, not a kept one, so nothing incremental to check (a chaos run's
+    reconciles failed on it)."""
+    world = world_with(nodes=1)
+    world.validate("tune")
+    world.step("tune")
+    answers = iter([True])  # stale when the pass looks, fresh when the check looks again
+    monkeypatch.setattr(world.reconciler, "_stale", lambda node: next(answers, False))
+    monkeypatch.setenv(observing.VERIFY_ENV, "1")
+    world.step("tune")
