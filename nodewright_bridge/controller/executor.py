@@ -75,7 +75,6 @@ class InterruptHeldError(Exception):
 
     def __init__(self, node: str, pods: Sequence[str]) -> None:
         super().__init__(f"{node}: {', '.join(pods)}")
-        self.node = node
         self.pods = tuple(pods)
 
 
@@ -301,10 +300,7 @@ class Executor:
             resources.PODS,
             field_selector=f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed",
         )
-        on_node = [
-            p for p in listed.get("items") or () if (p.get("spec") or {}).get("nodeName") == node
-        ]
-        left = snapshot.undrained_pods(cr, on_node)
+        left = snapshot.undrained_pods(cr, listed.get("items") or ())
         if left:
             raise InterruptHeldError(node, left)
 
